@@ -1,0 +1,47 @@
+# Front door for people and CI. Every target that needs the environment builds it first (idempotent).
+SHELL := /bin/bash
+VENV := .venv
+BIN := $(VENV)/bin
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
+export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(BIN)/python
+export SPARK_LOCAL_IP ?= 127.0.0.1
+
+.PHONY: help setup lock demo test test-fast lint format broker-start broker-stop broker-status bench-ingest clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
+
+setup:  ## build .venv from the lock file and resolve the pinned JVM artifacts (idempotent)
+	@infra/scripts/setup.sh
+
+lock:  ## recompile requirements.lock from requirements.in
+	$(BIN)/uv pip compile --quiet --python-version 3.11 --generate-hashes requirements.in -o requirements.lock
+
+demo: setup  ## the main job on the embedded local default: broker, events, apps, summary
+	$(BIN)/pipelinectl demo
+
+test: setup  ## the whole test suite (real broker, real Spark)
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+lint: setup  ## ruff over everything
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+format: setup
+	$(BIN)/ruff format . && $(BIN)/ruff check --fix .
+
+broker-start: setup  ## start the local KRaft broker and create the topics
+	$(BIN)/pipelinectl broker start
+
+broker-stop:  ## stop the local broker
+	$(BIN)/pipelinectl broker stop
+
+broker-status:
+	$(BIN)/pipelinectl broker status
+
+bench-ingest: setup  ## ingest benchmark: Kafka->noop, ->parse, ->archive vs kafka-consumer-perf-test
+	$(BIN)/python -m stream_pipelines.benchmarks.ingest
+
+clean:  ## remove local data (broker log, checkpoints, outputs); keeps .venv and the JVM cache
+	-$(BIN)/pipelinectl broker stop
+	rm -rf data

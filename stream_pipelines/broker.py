@@ -1,0 +1,302 @@
+"""A single-node Apache Kafka broker in KRaft mode on 127.0.0.1, for local work and tests.
+
+Runs the Maven Central jars (infra/jvm/kafka-broker.ivy.xml) with the machine's Java. Its log lives
+under ``<data_root>/<paths.broker>`` so committed events survive a restart. Topics are created
+idempotently from config; in production the same ``ensure_topics`` points at the real cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from stream_pipelines import jvm
+from stream_pipelines.config import PipelineConfig, TopicSettings
+
+LISTEN_HOST = "127.0.0.1"
+
+_LOG4J2_PROPERTIES = """\
+status = warn
+appender.console.type = Console
+appender.console.name = STDOUT
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.stdout.ref = STDOUT
+logger.state.name = state.change.logger
+logger.state.level = WARN
+"""
+
+
+class BrokerError(RuntimeError):
+    """The local broker could not be started, reached or stopped; the message says why."""
+
+
+@dataclass(frozen=True)
+class BrokerStatus:
+    running: bool
+    pid: int | None
+    ready: bool
+    bootstrap: str
+
+    def describe(self) -> str:
+        if not self.running:
+            return f"broker: stopped (would listen on {self.bootstrap})"
+        state = "ready" if self.ready else "starting (not answering yet)"
+        return f"broker: running, pid {self.pid}, {state} on {self.bootstrap}"
+
+
+class LocalBroker:
+    def __init__(self, config: PipelineConfig) -> None:
+        self.config = config
+        self.settings = config.broker
+        self.home = Path(config.data_path("broker"))
+        self.log_dir = self.home / "log"
+        self.pid_file = self.home / "broker.pid"
+        self.output_file = self.home / "broker.out"
+        self.properties_file = self.home / "server.properties"
+        self.bootstrap = f"{LISTEN_HOST}:{self.settings.port}"
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> BrokerStatus:
+        current = self.status()
+        if current.running:
+            if not current.ready:
+                self._wait_until_ready(current.pid)
+            return self.status()
+        for port in (self.settings.port, self.settings.controller_port):
+            if not _port_is_free(port):
+                raise BrokerError(
+                    f"port {port} on {LISTEN_HOST} is already taken by another process, so the local broker "
+                    f"cannot listen there. Stop that process, or choose other ports, e.g. "
+                    f"--set broker.port=19092 --set broker.controller_port=19093 "
+                    f"--set kafka.bootstrap_servers={LISTEN_HOST}:19092"
+                )
+        self.home.mkdir(parents=True, exist_ok=True)
+        self._write_properties()
+        if not (self.log_dir / "meta.properties").exists():
+            self._format_storage()
+        log4j = self.home / "log4j2.properties"
+        log4j.write_text(_LOG4J2_PROPERTIES)
+        command = [
+            jvm.java_executable(),
+            f"-Xmx{self.settings.heap}",
+            f"-Xms{self.settings.heap}",
+            "-XX:+UseG1GC",
+            f"-Dlog4j2.configurationFile={log4j}",
+            "-Djava.awt.headless=true",
+            "-cp",
+            jvm.kafka_classpath(),
+            "kafka.Kafka",
+            str(self.properties_file),
+        ]
+        with self.output_file.open("ab") as output:
+            process = subprocess.Popen(
+                command,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self.pid_file.write_text(str(process.pid))
+        self._wait_until_ready(process.pid)
+        return self.status()
+
+    def stop(self, timeout_s: float = 30.0) -> bool:
+        """Controlled shutdown, SIGKILL after timeout_s. Returns False if it was not running."""
+        pid = self._recorded_pid()
+        if pid is None or not _alive(pid):
+            self.pid_file.unlink(missing_ok=True)
+            return False
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+            while _alive(pid):
+                time.sleep(0.1)
+        self.pid_file.unlink(missing_ok=True)
+        return True
+
+    def status(self) -> BrokerStatus:
+        pid = self._recorded_pid()
+        running = pid is not None and _alive(pid)
+        return BrokerStatus(running, pid if running else None, running and self._answers(), self.bootstrap)
+
+    # ------------------------------------------------------------------ internals
+
+    def _recorded_pid(self) -> int | None:
+        try:
+            return int(self.pid_file.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def _write_properties(self) -> None:
+        port, controller = self.settings.port, self.settings.controller_port
+        properties = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@{LISTEN_HOST}:{controller}",
+            "listeners": f"PLAINTEXT://{LISTEN_HOST}:{port},CONTROLLER://{LISTEN_HOST}:{controller}",
+            "advertised.listeners": f"PLAINTEXT://{LISTEN_HOST}:{port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(self.log_dir),
+            "num.partitions": "3",
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "3",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            # Retention by size only: replayed scenarios carry old timestamps, and time-based
+            # retention would delete them as soon as they land. 2 GiB per partition locally.
+            "log.retention.ms": "-1",
+            "log.retention.bytes": str(2 * 1024**3),
+            "log.message.timestamp.before.max.ms": str(2**63 - 1),
+            "auto.create.topics.enable": "false",
+        }
+        self.properties_file.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
+
+    def _format_storage(self) -> None:
+        cluster_id = _kafka_cluster_id()
+        result = subprocess.run(
+            [
+                jvm.java_executable(),
+                "-cp",
+                jvm.kafka_classpath(),
+                "kafka.tools.StorageTool",
+                "format",
+                "--cluster-id",
+                cluster_id,
+                "--config",
+                str(self.properties_file),
+                "--ignore-formatted",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise BrokerError(
+                f"formatting the broker storage in {self.log_dir} failed:\n{result.stderr.strip()}"
+            )
+
+    def _answers(self) -> bool:
+        try:
+            with socket.create_connection((LISTEN_HOST, self.settings.port), timeout=1):
+                pass
+        except OSError:
+            return False
+        from confluent_kafka.admin import AdminClient  # deferred: a C extension, only needed here
+
+        try:
+            metadata = AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=3)
+        except Exception:
+            return False
+        return bool(metadata.brokers)
+
+    def _wait_until_ready(self, pid: int | None) -> None:
+        deadline = time.monotonic() + self.settings.ready_timeout.seconds
+        while time.monotonic() < deadline:
+            if pid is not None and not _alive(pid):
+                self.pid_file.unlink(missing_ok=True)
+                raise BrokerError(
+                    f"the broker exited during start-up. Last lines of {self.output_file}:\n{self._tail()}"
+                )
+            if self._answers():
+                return
+            time.sleep(0.5)
+        raise BrokerError(
+            f"the broker (pid {pid}) did not answer on {self.bootstrap} within "
+            f"{self.settings.ready_timeout}. Last lines of {self.output_file}:\n{self._tail()}"
+        )
+
+    def _tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.output_file.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no output)"
+
+
+def ensure_topics(config: PipelineConfig, timeout_s: float = 30.0) -> dict[str, str]:
+    """Create the configured topics, or grow their partitions; returns what was done per topic."""
+    from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+    admin = AdminClient(config.kafka_client_config())
+    existing = admin.list_topics(timeout=timeout_s).topics
+    outcome: dict[str, str] = {}
+    to_create: list[TopicSettings] = []
+    for topic in config.kafka.topics.all():
+        if topic.name not in existing:
+            to_create.append(topic)
+            continue
+        current = len(existing[topic.name].partitions)
+        if current < topic.partitions:
+            admin.create_partitions([NewPartitions(topic.name, topic.partitions)])[topic.name].result(
+                timeout_s
+            )
+            outcome[topic.name] = f"grown from {current} to {topic.partitions} partitions"
+        elif current > topic.partitions:
+            outcome[topic.name] = (
+                f"exists with {current} partitions, more than the configured {topic.partitions} "
+                "(Kafka cannot shrink a topic; left as it is)"
+            )
+        else:
+            outcome[topic.name] = f"exists ({current} partitions)"
+    if to_create:
+        futures = admin.create_topics(
+            [NewTopic(topic.name, num_partitions=topic.partitions) for topic in to_create],
+            operation_timeout=timeout_s,
+        )
+        for topic in to_create:
+            futures[topic.name].result(timeout_s)
+            outcome[topic.name] = f"created ({topic.partitions} partitions)"
+    return outcome
+
+
+def _kafka_cluster_id() -> str:
+    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding (as kafka-storage random-uuid)."""
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((LISTEN_HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        waited, _ = os.waitpid(pid, os.WNOHANG)
+        if waited == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still answers kill(0); /proc tells whether it has exited.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return True

@@ -1,0 +1,284 @@
+"""pipelinectl: the front door for what people do by hand.
+
+    pipelinectl setup-jvm                      resolve the pinned JVM artifacts once (make setup does it)
+    pipelinectl broker start|stop|status       the local single-node KRaft broker (+ topics on start)
+    pipelinectl topics                         create the configured topics (idempotent) on any cluster
+    pipelinectl produce ...                    generate events to Kafka or to JSON-lines files
+    pipelinectl run APP [--trigger ...]        run a streaming app through spark-submit
+    pipelinectl stop APP                       ask a running app to stop gracefully (drain, commit, exit 0)
+    pipelinectl demo                           the scripted end-to-end scenario (make demo)
+
+Every command takes --env, --conf-dir and --set KEY=VALUE like the apps do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from stream_pipelines.apps.common import EXIT_BAD_CONFIG, add_config_arguments, config_from_args
+from stream_pipelines.config import APP_NAMES, ConfigError, PipelineConfig
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return EXIT_BAD_CONFIG
+    try:
+        config = config_from_args(args)
+    except ConfigError as error:
+        print(f"pipelinectl: {error}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    try:
+        return int(args.handler(config, args) or 0)
+    except UserFacingError as error:
+        print(f"pipelinectl: {error}", file=sys.stderr)
+        return 1
+
+
+class UserFacingError(RuntimeError):
+    pass
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pipelinectl", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    commands = parser.add_subparsers(title="commands")
+
+    def command(name: str, handler, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        add_config_arguments(sub)
+        sub.set_defaults(handler=handler)
+        return sub
+
+    command("setup-jvm", _setup_jvm, "check Java 17+ and resolve the pinned JVM artifacts into .cache/jvm")
+
+    broker = command("broker", _broker, "start, stop or show the local Kafka broker")
+    broker.add_argument("action", choices=["start", "stop", "status"])
+
+    command("topics", _topics, "create the configured topics, or grow their partitions (idempotent)")
+
+    produce = command("produce", _produce, "generate sensor and ad events to Kafka or JSON-lines files")
+    produce.add_argument("--seed", type=int, default=7)
+    produce.add_argument("--rate", type=float, default=20.0, help="sensor readings per second of event time")
+    produce.add_argument("--ad-rate", type=float, default=10.0, help="impressions per second of event time")
+    produce.add_argument("--duration", type=float, default=600.0, help="seconds of event time to generate")
+    produce.add_argument("--sensors", type=int, default=50, help="number of distinct sensors")
+    produce.add_argument("--users", type=int, default=500)
+    produce.add_argument("--ads", type=int, default=20)
+    produce.add_argument(
+        "--start",
+        default=None,
+        help="event time of the first event: ISO-8601, or 'now' (default: fixed 2026-01-01)",
+    )
+    produce.add_argument("--late-share", type=float, default=None, help="share late but inside the watermark")
+    produce.add_argument("--beyond-share", type=float, default=None, help="share later than the watermark")
+    produce.add_argument(
+        "--burst-share", type=float, default=None, help="share of sensors that go offline once"
+    )
+    produce.add_argument("--duplicate-share", type=float, default=None)
+    produce.add_argument("--malformed-share", type=float, default=None)
+    produce.add_argument(
+        "--stall-partition", type=int, default=None, help="sensors partition that stops receiving"
+    )
+    produce.add_argument(
+        "--stall-after", type=float, default=0.0, help="seconds into the scenario the stall begins"
+    )
+    produce.add_argument("--to", choices=["kafka", "files"], default="kafka")
+    produce.add_argument("--out", default=None, help="folder for --to files (default: source.files_dir)")
+    produce.add_argument("--realtime", action="store_true", help="pace sends to event time (live demos)")
+
+    run = command("run", _run, "run a streaming app through spark-submit (Ctrl-C stops it gracefully)")
+    run.add_argument("app", choices=APP_NAMES)
+    run.add_argument("--trigger", choices=["processing", "available-now"], default="processing")
+
+    stop = command("stop", _stop, "ask a running app to stop after its current batch")
+    stop.add_argument("app", choices=APP_NAMES)
+
+    command("demo", _demo, "the scripted end-to-end scenario that `make demo` runs")
+    return parser
+
+
+# --------------------------------------------------------------------------- handlers
+
+
+def _setup_jvm(config: PipelineConfig, args: argparse.Namespace) -> int:
+    from stream_pipelines import jvm
+
+    try:
+        print(f"java {jvm.check_java()} at {jvm.java_executable()}")
+        for bundle in jvm.BUNDLES:
+            folder = jvm.resolve(bundle)
+            print(f"{bundle}: {len(jvm.jars(bundle))} jars in {folder}")
+    except jvm.JvmSetupError as error:
+        raise UserFacingError(str(error)) from None
+    return 0
+
+
+def _broker(config: PipelineConfig, args: argparse.Namespace) -> int:
+    from stream_pipelines import jvm
+    from stream_pipelines.broker import BrokerError, LocalBroker, ensure_topics
+
+    if not config.broker.manage_local:
+        raise UserFacingError(
+            f"environment {config.env!r} sets broker.manage_local=false: its brokers are not ours"
+        )
+    broker = LocalBroker(config)
+    try:
+        if args.action == "start":
+            print(broker.start().describe())
+            for topic, outcome in ensure_topics(config).items():
+                print(f"topic {topic}: {outcome}")
+        elif args.action == "stop":
+            print("broker: stopped" if broker.stop() else "broker: was not running")
+        else:
+            print(broker.status().describe())
+    except (BrokerError, jvm.JvmSetupError) as error:
+        raise UserFacingError(str(error)) from None
+    return 0
+
+
+def _topics(config: PipelineConfig, args: argparse.Namespace) -> int:
+    from confluent_kafka import KafkaException
+
+    from stream_pipelines.broker import ensure_topics
+
+    try:
+        for topic, outcome in ensure_topics(config).items():
+            print(f"topic {topic}: {outcome}")
+    except KafkaException as error:
+        raise UserFacingError(
+            f"could not manage topics on {config.kafka.bootstrap_servers}: {error}"
+        ) from None
+    return 0
+
+
+def scenario_from_args(config: PipelineConfig, args: argparse.Namespace):
+    """The generator's ScenarioSpec for `produce` options; topic names and partitions come from config."""
+    import dataclasses
+
+    from stream_pipelines import generator
+
+    topics = config.kafka.topics
+    mix_overrides = {
+        name: value
+        for name, value in {
+            "late_within_share": args.late_share,
+            "late_beyond_share": args.beyond_share,
+            "burst_share": args.burst_share,
+            "duplicate_share": args.duplicate_share,
+            "malformed_share": args.malformed_share,
+        }.items()
+        if value is not None
+    }
+    mix = dataclasses.replace(generator.DelayMix(), **mix_overrides)
+    spec_values = {
+        "seed": args.seed,
+        "duration_s": args.duration,
+        "sensor_rate": args.rate,
+        "ad_rate": args.ad_rate,
+        "sensor_count": args.sensors,
+        "ad_count": args.ads,
+        "user_count": args.users,
+        "mix": mix,
+        "stalled_partition": args.stall_partition,
+        "stall_after_s": args.stall_after,
+        "match_interval_s": config.ads.match_interval.seconds,
+        "topics": generator.TopicNames(topics.sensors.name, topics.impressions.name, topics.clicks.name),
+        "partitions": generator.PartitionCounts(
+            topics.sensors.partitions, topics.impressions.partitions, topics.clicks.partitions
+        ),
+    }
+    if args.start:
+        spec_values["start"] = (
+            datetime.now(UTC).replace(microsecond=0)
+            if args.start == "now"
+            else datetime.fromisoformat(args.start.replace("Z", "+00:00")).astimezone(UTC)
+        )
+    spec = generator.ScenarioSpec(**spec_values)
+    try:
+        spec.mix.validate()
+    except ValueError as error:
+        raise UserFacingError(f"bad event mix: {error}") from None
+    return spec
+
+
+def _produce(config: PipelineConfig, args: argparse.Namespace) -> int:
+    from stream_pipelines import generator
+
+    spec = scenario_from_args(config, args)
+    records = generator.generate(spec)
+    summary = generator.summarize(records)
+    print(f"generated {len(records)} records: " + ", ".join(f"{k}={v}" for k, v in sorted(summary.items())))
+    if args.to == "files":
+        out = Path(args.out or config.project_path(config.source.files_dir))
+        files = generator.write_jsonl(records, out)
+        print(f"wrote {len(files)} files under {out}")
+        return 0
+
+    started = time.monotonic()
+
+    def progress(sent: int) -> None:
+        elapsed = max(time.monotonic() - started, 1e-6)
+        print(f"  sent {sent}/{len(records)} ({sent / elapsed:,.0f}/s)", file=sys.stderr, flush=True)
+
+    try:
+        sent = generator.produce_to_kafka(
+            records,
+            config.kafka.bootstrap_servers,
+            producer_config=dict(config.kafka.client_properties),
+            realtime=args.realtime,
+            progress=progress,
+        )
+    except RuntimeError as error:
+        raise UserFacingError(str(error)) from None
+    print(f"sent {sent} records to {config.kafka.bootstrap_servers} in {time.monotonic() - started:.1f}s")
+    return 0
+
+
+def _run(config: PipelineConfig, args: argparse.Namespace) -> int:
+    from stream_pipelines.submit import spark_submit_command, submit_environment
+
+    command = spark_submit_command(config, args.app, args.trigger, args.overrides)
+    marker = config.stop_marker(args.app)
+    # A marker left from an earlier stop would end this run at once.
+    marker.unlink(missing_ok=True)
+    process = subprocess.Popen(command, env=submit_environment(), start_new_session=True)
+
+    def request_stop(signum: int, _frame: object) -> None:
+        # Ctrl-C or SIGTERM here means "stop after the batch in flight", never a kill mid-batch.
+        if not marker.exists():
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.touch()
+            print(f"\npipelinectl: stopping {args.app} after its current batch ...", file=sys.stderr)
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+    return process.wait()
+
+
+def _stop(config: PipelineConfig, args: argparse.Namespace) -> int:
+    marker = config.stop_marker(args.app)
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.touch()
+    print(f"asked {args.app} to stop after its current batch ({marker})")
+    return 0
+
+
+def _demo(config: PipelineConfig, args: argparse.Namespace) -> int:
+    from stream_pipelines import demo
+
+    return demo.main(args.overrides)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,410 @@
+"""One typed configuration for every app, DAG and command, selected by environment.
+
+Sources, lowest precedence first:
+  1. ``conf/<env>.yaml`` (``env`` from ``--env``, else ``PIPELINE_ENV``, else ``local``);
+  2. environment variables ``PIPELINE__<SECTION>__<KEY>=value`` (double underscores separate levels);
+  3. ``--set section.key=value`` on the command line.
+Override values are read as YAML scalars, so ``--set kafka.max_offsets_per_trigger=500`` is an int.
+``${VAR}`` inside any string is replaced from the environment; that is the only way secrets enter.
+Everything is validated at load time and errors name the key and the problem.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    model_validator,
+)
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_CONF_DIR = PROJECT_ROOT / "conf"
+ENV_VARIABLE = "PIPELINE_ENV"
+CONF_DIR_VARIABLE = "PIPELINE_CONF_DIR"
+OVERRIDE_PREFIX = "PIPELINE__"
+APP_NAMES = ("raw_archive", "sensor_aggregation", "ad_matching")
+
+
+class ConfigError(ValueError):
+    """A configuration problem, phrased for the person who has to fix it."""
+
+
+# --------------------------------------------------------------------------- durations
+
+_UNIT_SECONDS = {
+    "millisecond": 0.001,
+    "ms": 0.001,
+    "second": 1,
+    "sec": 1,
+    "s": 1,
+    "minute": 60,
+    "min": 60,
+    "m": 60,
+    "hour": 3600,
+    "h": 3600,
+    "day": 86400,
+    "d": 86400,
+}
+_DURATION_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]+)\s*$")
+
+
+@dataclass(frozen=True, order=True)
+class Duration:
+    """A length of time written the way Spark writes intervals: ``"2 minutes"``."""
+
+    seconds: float
+
+    @classmethod
+    def parse(cls, text: object) -> Duration:
+        if isinstance(text, Duration):
+            return text
+        if isinstance(text, bool) or not isinstance(text, str | int | float):
+            raise ValueError(f"expected a duration such as '2 minutes', got {text!r}")
+        if isinstance(text, int | float):
+            raise ValueError(f"a duration needs a unit: write '{text} seconds' or '{text} minutes'")
+        match = _DURATION_PATTERN.match(text)
+        if not match:
+            raise ValueError(f"bad duration {text!r}: expected '<number> <unit>', such as '2 minutes'")
+        amount, unit = float(match.group(1)), match.group(2).lower()
+        singular = unit[:-1] if unit.endswith("s") and unit[:-1] in _UNIT_SECONDS else unit
+        if singular not in _UNIT_SECONDS:
+            raise ValueError(
+                f"bad duration {text!r}: unknown unit {unit!r}; "
+                "use milliseconds, seconds, minutes, hours or days"
+            )
+        return cls(amount * _UNIT_SECONDS[singular])
+
+    @property
+    def milliseconds(self) -> int:
+        return round(self.seconds * 1000)
+
+    def spark(self) -> str:
+        """The interval string that withWatermark, window and triggers accept."""
+        if self.milliseconds % 1000 == 0:
+            return f"{self.milliseconds // 1000} seconds"
+        return f"{self.milliseconds} milliseconds"
+
+    def __str__(self) -> str:
+        for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60), ("seconds", 1)):
+            if self.seconds >= size and self.seconds % size == 0:
+                return f"{int(self.seconds // size)} {unit}"
+        return f"{self.milliseconds} milliseconds"
+
+
+def _positive_duration(value: object) -> Duration:
+    duration = Duration.parse(value)
+    if duration.seconds <= 0:
+        raise ValueError(f"must be longer than zero, got {value!r}")
+    return duration
+
+
+PositiveDuration = Annotated[Duration, BeforeValidator(_positive_duration), PlainSerializer(str)]
+NonNegativeDuration = Annotated[Duration, BeforeValidator(Duration.parse), PlainSerializer(str)]
+
+
+# --------------------------------------------------------------------------- sections
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SparkSettings(_Section):
+    master: str = "local[2]"
+    deploy_mode: Literal["client", "cluster"] = "client"
+    shuffle_partitions: int = Field(4, ge=1)
+    state_store: Literal["rocksdb", "hdfs"] = "rocksdb"
+    changelog_checkpointing: bool = True
+    ui_enabled: bool = False
+    driver_memory: str = "1g"
+    # Anything else Spark accepts, passed through verbatim (e.g. spark.jars.packages on a cluster).
+    extra_conf: dict[str, str] = Field(default_factory=dict)
+
+
+class TopicSettings(_Section):
+    name: str = Field(min_length=1)
+    partitions: int = Field(3, ge=1)
+
+
+class Topics(_Section):
+    sensors: TopicSettings = TopicSettings(name="sensors", partitions=3)
+    impressions: TopicSettings = TopicSettings(name="impressions", partitions=3)
+    clicks: TopicSettings = TopicSettings(name="clicks_ads", partitions=3)
+
+    def all(self) -> list[TopicSettings]:
+        return [self.sensors, self.impressions, self.clicks]
+
+
+class KafkaSettings(_Section):
+    bootstrap_servers: str = Field(min_length=1)
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: int | None = Field(50_000, ge=1)
+    fail_on_data_loss: bool = True
+    # Client properties passed to Spark as kafka.<name> and to the producer/admin clients as <name>:
+    # security.protocol, sasl.mechanism, sasl.jaas.config, ssl.truststore.location, ...
+    client_properties: dict[str, str] = Field(default_factory=dict)
+    topics: Topics = Topics()
+
+
+class BrokerSettings(_Section):
+    """The single-node KRaft broker that ``pipelinectl broker start`` runs for local work."""
+
+    manage_local: bool = True
+    port: int = Field(9092, ge=1, le=65535)
+    controller_port: int = Field(9093, ge=1, le=65535)
+    heap: str = "512m"
+    ready_timeout: PositiveDuration = Duration(60)
+
+    @model_validator(mode="after")
+    def _distinct_ports(self) -> BrokerSettings:
+        if self.port == self.controller_port:
+            raise ValueError(f"port and controller_port must differ (both are {self.port})")
+        return self
+
+
+class SourceSettings(_Section):
+    kind: Literal["kafka", "files"] = "kafka"
+    # For kind=files: JSON lines under <files_dir>/<topic name>/, one event per line.
+    files_dir: str = "data/replay"
+    max_files_per_trigger: int | None = Field(None, ge=1)
+
+
+class PathSettings(_Section):
+    """Where data lives. data_root resolves against the project root; the others, when relative,
+    against data_root, so that one override moves everything (tests do that)."""
+
+    data_root: str
+    archive: str = "archive"
+    quarantine: str = "quarantine"
+    checkpoints: str = "checkpoints"
+    outputs: str = "outputs"
+    batch_log: str = "batch_log"
+    control: str = "control"
+    broker: str = "kafka"
+
+
+class ArchiveSettings(_Section):
+    trigger: PositiveDuration = Duration(10)
+
+
+class SensorSettings(_Section):
+    trigger: PositiveDuration = Duration(10)
+    watermark: NonNegativeDuration = Duration(120)
+    window: PositiveDuration = Duration(300)
+    sliding_window: PositiveDuration = Duration(600)
+    slide: PositiveDuration = Duration(300)
+    # CSV of sensor_id,location,building,floor; relative paths resolve against the project root.
+    metadata_path: str = "conf/sensor_metadata.csv"
+    # How often the metadata table is re-read; a changed file shows up within one trigger of this.
+    metadata_refresh: PositiveDuration = Duration(10)
+
+    @model_validator(mode="after")
+    def _slide_divides_window(self) -> SensorSettings:
+        if self.slide > self.sliding_window:
+            raise ValueError(
+                f"slide ({self.slide}) is longer than sliding_window ({self.sliding_window}); "
+                "it must be at most the window"
+            )
+        if self.sliding_window.milliseconds % self.slide.milliseconds:
+            raise ValueError(
+                f"slide ({self.slide}) does not divide sliding_window ({self.sliding_window}); "
+                "pick a slide that fits a whole number of times"
+            )
+        return self
+
+
+class AdSettings(_Section):
+    trigger: PositiveDuration = Duration(10)
+    impressions_watermark: NonNegativeDuration = Duration(600)
+    clicks_watermark: NonNegativeDuration = Duration(600)
+    match_interval: PositiveDuration = Duration(300)
+    ctr_window: PositiveDuration = Duration(300)
+
+
+class QualitySettings(_Section):
+    """Range checks the parsing layer applies; a record outside them is quarantined with the reason."""
+
+    temperature_min: float = -60.0
+    temperature_max: float = 150.0
+    earliest_event_time: str = "2000-01-01T00:00:00Z"
+    # An event stamped further ahead of its arrival than this would drag the watermark forward and
+    # make every honest event look late, so it is quarantined instead.
+    max_clock_skew: PositiveDuration = Duration(3600)
+
+    @model_validator(mode="after")
+    def _ordered_range(self) -> QualitySettings:
+        if self.temperature_min >= self.temperature_max:
+            raise ValueError(f"temperature_min ({self.temperature_min}) must be below temperature_max")
+        return self
+
+
+class MetricsSettings(_Section):
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    ports: dict[str, int] = Field(
+        default_factory=lambda: {"raw_archive": 9401, "sensor_aggregation": 9402, "ad_matching": 9403}
+    )
+
+
+class PipelineConfig(_Section):
+    env: str
+    spark: SparkSettings = SparkSettings()
+    kafka: KafkaSettings
+    broker: BrokerSettings = BrokerSettings()
+    source: SourceSettings = SourceSettings()
+    paths: PathSettings
+    archive: ArchiveSettings = ArchiveSettings()
+    sensors: SensorSettings = SensorSettings()
+    ads: AdSettings = AdSettings()
+    quality: QualitySettings = QualitySettings()
+    metrics: MetricsSettings = MetricsSettings()
+
+    # The folder the config was read from; relative paths resolve against its parent.
+    base_dir: Path = Field(default=PROJECT_ROOT, exclude=True)
+
+    def project_path(self, value: str) -> str:
+        """An absolute location for a path relative to the project; URIs (s3a://, hdfs://) pass through."""
+        return _join(str(self.base_dir), value)
+
+    def data_path(self, name: str) -> str:
+        """The location of one of the ``paths`` entries (archive, checkpoints, ...)."""
+        return _join(self.project_path(self.paths.data_root), getattr(self.paths, name))
+
+    def checkpoint_dir(self, app: str, query: str) -> str:
+        return f"{self.data_path('checkpoints')}/{app}/{query}"
+
+    def output_dir(self, name: str) -> str:
+        return f"{self.data_path('outputs')}/{name}"
+
+    def stop_marker(self, app: str) -> Path:
+        return Path(self.data_path("control")) / f"{app}.stop"
+
+    def trigger_for(self, app: str) -> Duration:
+        return {"raw_archive": self.archive, "sensor_aggregation": self.sensors, "ad_matching": self.ads}[
+            app
+        ].trigger
+
+    def kafka_client_config(self) -> dict[str, str]:
+        """Properties for confluent-kafka clients (producer, admin) talking to the same cluster."""
+        return {"bootstrap.servers": self.kafka.bootstrap_servers, **self.kafka.client_properties}
+
+    @model_validator(mode="after")
+    def _local_inputs_exist(self) -> PipelineConfig:
+        metadata = self.project_path(self.sensors.metadata_path)
+        if "://" not in metadata and not Path(metadata).is_file():
+            raise ValueError(f"sensors.metadata_path: file not found: {metadata}")
+        return self
+
+
+def _join(base: str, value: str) -> str:
+    if "://" in value or value.startswith("/"):
+        return value.rstrip("/") or "/"
+    if "://" in base:
+        return f"{base.rstrip('/')}/{value}"
+    return str((Path(base) / value).resolve())
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_config(
+    env: str | None = None,
+    overrides: Iterable[str] = (),
+    *,
+    conf_dir: str | Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> PipelineConfig:
+    """Read, merge and validate the configuration; raises ConfigError with a readable message."""
+    environ = os.environ if environ is None else environ
+    env = env or environ.get(ENV_VARIABLE) or "local"
+    conf_path = Path(conf_dir or environ.get(CONF_DIR_VARIABLE) or DEFAULT_CONF_DIR).resolve()
+    source = conf_path / f"{env}.yaml"
+    if not source.is_file():
+        available = sorted(p.stem for p in conf_path.glob("*.yaml"))
+        raise ConfigError(
+            f"no config for environment {env!r}: {source} does not exist (available: {available})"
+        )
+    try:
+        raw = yaml.safe_load(source.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{source}: not valid YAML: {error}") from error
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping of sections")
+    raw.setdefault("env", env)
+
+    for name, value in sorted(environ.items()):
+        if name.startswith(OVERRIDE_PREFIX):
+            dotted = name[len(OVERRIDE_PREFIX) :].lower().replace("__", ".")
+            _apply_override(raw, dotted, value, origin=f"environment variable {name}")
+    for item in overrides:
+        key, separator, value = item.partition("=")
+        if not separator or not key.strip():
+            raise ConfigError(f"--set {item!r}: expected key.path=value, e.g. sensors.watermark='10 minutes'")
+        _apply_override(raw, key.strip(), value, origin=f"--set {key.strip()}")
+
+    try:
+        expanded = _expand_environment(raw, environ, trail=())
+        return PipelineConfig.model_validate({**expanded, "base_dir": conf_path.parent})
+    except ValidationError as error:
+        raise ConfigError(_describe(error, source)) from None
+
+
+def _apply_override(raw: dict[str, Any], dotted: str, text: str, *, origin: str) -> None:
+    keys = dotted.split(".")
+    node = raw
+    for key in keys[:-1]:
+        child = node.setdefault(key, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{origin}: {'.'.join(keys)}: {key!r} is a value, not a section")
+        node = child
+    try:
+        node[keys[-1]] = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        node[keys[-1]] = text
+
+
+_ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _expand_environment(node: Any, environ: Mapping[str, str], trail: tuple[str, ...]) -> Any:
+    if isinstance(node, dict):
+        return {key: _expand_environment(value, environ, (*trail, str(key))) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_expand_environment(value, environ, trail) for value in node]
+    if isinstance(node, str):
+
+        def substitute(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name not in environ:
+                raise ConfigError(f"{'.'.join(trail)}: environment variable {name} is not set")
+            return environ[name]
+
+        return _ENV_REFERENCE.sub(substitute, node)
+    return node
+
+
+def _describe(error: ValidationError, source: Path) -> str:
+    lines = [f"invalid configuration ({source}, with overrides):"]
+    for problem in error.errors():
+        key = ".".join(str(part) for part in problem["loc"])
+        kind = problem["type"]
+        if kind == "extra_forbidden":
+            message = "unknown key (check its spelling and the section it is in)"
+        elif kind == "missing":
+            message = "required key is missing"
+        else:
+            message = problem["msg"].removeprefix("Value error, ")
+        lines.append(f"  {key}: {message}" if key else f"  {message}")
+    return "\n".join(lines)

@@ -1,0 +1,139 @@
+"""The JVM pieces: a Java 17+ check, and pinned Maven Central artifacts resolved once into a local cache.
+
+Resolution uses the Ivy jar that pyspark bundles (the resolver behind ``--packages``), so no Maven
+install is needed. Each bundle is described by ``infra/jvm/<bundle>.ivy.xml``; a stamp holding the
+descriptor's hash makes ``resolve`` a no-op when nothing changed, and lets apps start offline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from stream_pipelines.config import PROJECT_ROOT
+
+DESCRIPTOR_DIR = PROJECT_ROOT / "infra" / "jvm"
+CACHE_VARIABLE = "PIPELINE_JVM_CACHE"
+BUNDLES = ("spark-kafka", "kafka-broker")
+MINIMUM_JAVA = 17
+
+
+class JvmSetupError(RuntimeError):
+    """Java or a JVM artifact is missing; the message says what to do."""
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get(CACHE_VARIABLE) or PROJECT_ROOT / ".cache" / "jvm")
+
+
+def java_executable() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").exists():
+        return str(Path(java_home) / "bin" / "java")
+    found = shutil.which("java")
+    if not found:
+        raise JvmSetupError(
+            f"Java {MINIMUM_JAVA} or newer is required and no `java` is on PATH. Install a JDK "
+            "(Debian/Ubuntu: `apt-get install openjdk-17-jdk-headless`; macOS: `brew install openjdk@17`) "
+            "or set JAVA_HOME."
+        )
+    return found
+
+
+def java_major_version() -> int:
+    java = java_executable()
+    result = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', result.stderr + result.stdout)
+    if not match:
+        raise JvmSetupError(
+            f"could not read the Java version from `{java} -version`: {result.stderr.strip()}"
+        )
+    major = int(match.group(1))
+    return int(match.group(2)) if major == 1 and match.group(2) else major
+
+
+def check_java() -> int:
+    major = java_major_version()
+    if major < MINIMUM_JAVA:
+        raise JvmSetupError(
+            f"Java {major} found at {java_executable()}, but Spark 4 and Kafka 4 need Java {MINIMUM_JAVA}+. "
+            "Install openjdk-17 (or newer) and point JAVA_HOME at it."
+        )
+    return major
+
+
+def _ivy_jar() -> Path:
+    import pyspark  # deferred: only setup needs to know where pyspark lives
+
+    jars = sorted((Path(pyspark.__file__).parent / "jars").glob("ivy-*.jar"))
+    if not jars:
+        raise JvmSetupError("pyspark's bundled Ivy jar was not found; is pyspark installed in this venv?")
+    return jars[-1]
+
+
+def bundle_dir(bundle: str) -> Path:
+    return cache_root() / bundle
+
+
+def _descriptor_digest(bundle: str) -> str:
+    return hashlib.sha256((DESCRIPTOR_DIR / f"{bundle}.ivy.xml").read_bytes()).hexdigest()
+
+
+def is_resolved(bundle: str) -> bool:
+    stamp = bundle_dir(bundle) / ".resolved"
+    return stamp.is_file() and stamp.read_text().strip() == _descriptor_digest(bundle)
+
+
+def resolve(bundle: str, *, quiet: bool = False) -> Path:
+    """Fetch a bundle's jars (once) into the cache and return the folder that holds them."""
+    target = bundle_dir(bundle)
+    if is_resolved(bundle):
+        return target
+    check_java()
+    staging = target.with_name(f".{bundle}.staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    command = [
+        java_executable(),
+        "-jar",
+        str(_ivy_jar()),
+        "-ivy",
+        str(DESCRIPTOR_DIR / f"{bundle}.ivy.xml"),
+        "-cache",
+        str(cache_root() / "ivy-cache"),
+        "-confs",
+        "default",
+        "-retrieve",
+        f"{staging}/[artifact]-[revision](-[classifier]).[ext]",
+    ]
+    if not quiet:
+        print(f"resolving {bundle} from Maven Central (once) ...", file=sys.stderr, flush=True)
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0 or not any(staging.glob("*.jar")):
+        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-25:])
+        raise JvmSetupError(f"could not resolve {bundle} (infra/jvm/{bundle}.ivy.xml):\n{tail}")
+    (staging / ".resolved").write_text(_descriptor_digest(bundle))
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    return target
+
+
+def jars(bundle: str) -> list[Path]:
+    if not is_resolved(bundle):
+        raise JvmSetupError(
+            f"the JVM bundle {bundle!r} is not in {bundle_dir(bundle)}; run `make setup` "
+            "(or `pipelinectl setup-jvm`) once while Maven Central is reachable"
+        )
+    return sorted(bundle_dir(bundle).glob("*.jar"))
+
+
+def spark_kafka_jars() -> list[str]:
+    return [str(jar) for jar in jars("spark-kafka")]
+
+
+def kafka_classpath() -> str:
+    return os.pathsep.join(str(jar) for jar in jars("kafka-broker"))

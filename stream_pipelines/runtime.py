@@ -1,0 +1,308 @@
+"""The thin edge around the pure transforms: Spark session, sources, sinks, triggers, graceful stop.
+
+Nothing here computes business results; apps compose ``read_raw`` -> pure transforms -> ``StreamSink``
+and hand the sinks to ``run_streams``, which owns start-up, the stop signals and the exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from stream_pipelines import jvm
+from stream_pipelines.config import PipelineConfig, TopicSettings
+from stream_pipelines.parsing import RAW_SCHEMA
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+TriggerMode = Literal["processing", "available-now"]
+EXIT_OK = 0
+EXIT_QUERY_FAILED = 3
+
+_STATE_STORE_PROVIDERS = {
+    "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+}
+
+
+def spark_conf(config: PipelineConfig) -> dict[str, str]:
+    """Every Spark setting the apps need; used by the session builder and by spark-submit alike."""
+    settings = config.spark
+    conf = {
+        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
+        "spark.sql.streaming.stateStore.providerClass": _STATE_STORE_PROVIDERS[settings.state_store],
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": str(
+            settings.changelog_checkpointing
+        ).lower(),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.enabled": str(settings.ui_enabled).lower(),
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.memory": settings.driver_memory,
+        "spark.sql.streaming.metricsEnabled": "true",
+    }
+    if settings.master.startswith("local"):
+        conf["spark.driver.host"] = "127.0.0.1"
+        conf["spark.driver.bindAddress"] = "127.0.0.1"
+    if "spark.jars.packages" not in settings.extra_conf:
+        conf["spark.jars"] = ",".join(jvm.spark_kafka_jars())
+    conf.update(settings.extra_conf)
+    return conf
+
+
+def get_spark(config: PipelineConfig, app_name: str) -> SparkSession:
+    """The session for an app; under spark-submit the master and deploy mode come from the launcher."""
+    import os
+
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        builder = builder.master(config.spark.master)
+    for key, value in spark_conf(config).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+# --------------------------------------------------------------------------- sources
+
+
+def read_raw(
+    spark: SparkSession, config: PipelineConfig, topics: Sequence[TopicSettings], *, streaming: bool = True
+) -> DataFrame:
+    """Raw records (RAW_SCHEMA) from Kafka or from JSON-lines files, as ``source.kind`` says."""
+    if config.source.kind == "kafka":
+        return _read_kafka(spark, config, topics, streaming=streaming)
+    frames = [_read_files(spark, config, topic, streaming=streaming) for topic in topics]
+    combined = frames[0]
+    for frame in frames[1:]:
+        combined = combined.unionByName(frame)
+    return combined
+
+
+def kafka_source_options(config: PipelineConfig, topics: Sequence[TopicSettings]) -> dict[str, str]:
+    kafka = config.kafka
+    options = {
+        "kafka.bootstrap.servers": kafka.bootstrap_servers,
+        "subscribe": ",".join(topic.name for topic in topics),
+        "startingOffsets": kafka.starting_offsets,
+        "failOnDataLoss": str(kafka.fail_on_data_loss).lower(),
+        **{f"kafka.{name}": value for name, value in kafka.client_properties.items()},
+    }
+    if kafka.max_offsets_per_trigger:
+        options["maxOffsetsPerTrigger"] = str(kafka.max_offsets_per_trigger)
+    return options
+
+
+def _read_kafka(
+    spark: SparkSession, config: PipelineConfig, topics: Sequence[TopicSettings], *, streaming: bool
+) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    options = kafka_source_options(config, topics)
+    if streaming:
+        reader = spark.readStream.format("kafka").options(**options)
+    else:
+        options.pop("maxOffsetsPerTrigger", None)
+        reader = spark.read.format("kafka").options(**options)
+    return reader.load().select(
+        F.col("key").cast("string").alias("key"),
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        F.col("timestamp").alias("kafka_timestamp"),
+        F.lit(None).cast("string").alias("source_file"),
+    )
+
+
+def _read_files(
+    spark: SparkSession, config: PipelineConfig, topic: TopicSettings, *, streaming: bool
+) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    folder = f"{config.project_path(config.source.files_dir).rstrip('/')}/{topic.name}"
+    if streaming:
+        reader = spark.readStream.format("text")
+        if config.source.max_files_per_trigger:
+            reader = reader.option("maxFilesPerTrigger", str(config.source.max_files_per_trigger))
+    else:
+        reader = spark.read.format("text")
+    lines = reader.option("pathGlobFilter", "*.jsonl").load(folder)
+    return lines.select(
+        F.lit(None).cast("string").alias("key"),
+        F.col("value").cast("binary").alias("value"),
+        F.lit(topic.name).alias("topic"),
+        F.lit(None).cast("int").alias("partition"),
+        F.lit(None).cast("long").alias("offset"),
+        F.col("_metadata.file_modification_time").alias("kafka_timestamp"),
+        F.col("_metadata.file_path").alias("source_file"),
+    ).select(*RAW_SCHEMA.fieldNames())
+
+
+# --------------------------------------------------------------------------- sinks and running
+
+
+@dataclass
+class StreamSink:
+    """One streaming query: a DataFrame, where it goes, and how."""
+
+    name: str
+    frame: DataFrame
+    output_mode: Literal["append", "update", "complete"] = "append"
+    format: str = "parquet"
+    path: str | None = None
+    partition_by: Sequence[str] = ()
+    options: dict[str, str] = field(default_factory=dict)
+    foreach_batch: Callable[[DataFrame, int], None] | None = None
+
+
+def start_sink(config: PipelineConfig, app: str, sink: StreamSink, trigger: TriggerMode) -> StreamingQuery:
+    writer = (
+        sink.frame.writeStream.queryName(f"{app}.{sink.name}")
+        .outputMode(sink.output_mode)
+        .option("checkpointLocation", config.checkpoint_dir(app, sink.name))
+        .options(**sink.options)
+    )
+    if sink.foreach_batch is not None:
+        writer = writer.foreachBatch(sink.foreach_batch)
+    else:
+        writer = writer.format(sink.format)
+        if sink.path:
+            writer = writer.option("path", sink.path)
+        if sink.partition_by:
+            writer = writer.partitionBy(*sink.partition_by)
+    if trigger == "available-now":
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=config.trigger_for(app).spark())
+    return writer.start()
+
+
+class StopRequest:
+    """Set by SIGTERM/SIGINT or by the app's stop-marker file; polled between batches."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+        self.reason: str | None = None
+
+    def install_signal_handlers(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._on_signal)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self.reason = f"signal {signal.Signals(signum).name}"
+
+    def requested(self) -> bool:
+        if self.reason is None and self.marker.exists():
+            self.reason = f"stop marker {self.marker}"
+        return self.reason is not None
+
+
+def run_streams(
+    config: PipelineConfig,
+    app: str,
+    sinks: Sequence[StreamSink],
+    trigger: TriggerMode,
+    *,
+    poll_s: float = 1.0,
+    drain_timeout_s: float = 300.0,
+    on_started: Callable[[list[StreamingQuery]], None] | None = None,
+) -> int:
+    """Run the app's queries until they finish (available-now), fail, or a stop is requested.
+
+    Returns EXIT_OK after a finished or deliberate stop, EXIT_QUERY_FAILED when a query died; the
+    supervisor relies on that difference. A deliberate stop drains the batch in flight first.
+    """
+    stop = StopRequest(config.stop_marker(app))
+    stop.install_signal_handlers()
+    queries = [start_sink(config, app, sink, trigger) for sink in sinks]
+    if on_started:
+        on_started(queries)
+    _log(app, f"started {len(queries)} queries ({trigger}): {', '.join(q.name for q in queries)}")
+    try:
+        while True:
+            failed = [q for q in queries if not q.isActive and q.exception() is not None]
+            if failed:
+                for query in queries:
+                    if query.isActive:
+                        query.stop()
+                for query in failed:
+                    _log(app, f"query {query.name} failed: {query.exception()}")
+                write_exit_state(config, app, "failed", f"query {failed[0].name} failed")
+                return EXIT_QUERY_FAILED
+            if all(not q.isActive for q in queries):
+                write_exit_state(config, app, "finished", f"all queries finished ({trigger})")
+                _log(app, "all queries finished")
+                return EXIT_OK
+            if stop.requested():
+                _log(app, f"graceful stop requested by {stop.reason}: draining the batch in flight")
+                for query in queries:
+                    _drain_and_stop(query, drain_timeout_s)
+                stop.marker.unlink(missing_ok=True)
+                write_exit_state(config, app, "stopped", f"deliberate stop ({stop.reason})")
+                _log(app, "stopped after the last committed batch")
+                return EXIT_OK
+            queries[0].awaitTermination(poll_s)
+    except BaseException:
+        for query in queries:
+            if query.isActive:
+                query.stop()
+        raise
+
+
+def _drain_and_stop(query: StreamingQuery, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if query.isActive:
+        query.stop()
+
+
+def write_exit_state(config: PipelineConfig, app: str, status: str, detail: str) -> None:
+    """Record how the app last ended, for the supervisor and `pipelinectl status`."""
+    control = Path(config.data_path("control"))
+    if "://" in str(control):
+        return
+    control.mkdir(parents=True, exist_ok=True)
+    state = {"app": app, "status": status, "detail": detail, "at": datetime.now(UTC).isoformat()}
+    target = control / f"{app}.exit.json"
+    temporary = target.with_suffix(".tmp")
+    temporary.write_text(json.dumps(state))
+    temporary.replace(target)
+
+
+def _log(app: str, message: str) -> None:
+    print(f"[{datetime.now(UTC):%Y-%m-%d %H:%M:%S}Z] {app}: {message}", file=sys.stderr, flush=True)
+
+
+def parse_offsets(value: object) -> dict:
+    """A source's start/end/latest offsets as a dict.
+
+    PySpark 4 hands them over as text: JSON from the JVM listener, but Python's repr of a dict when
+    the progress came through ``query.lastProgress`` (it applies ``str`` to the parsed JSON).
+    """
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        return value
+    text = str(value)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        import ast
+
+        return ast.literal_eval(text)

@@ -1,0 +1,126 @@
+"""Shared fixtures: one SparkSession per test process, one real Kafka broker per session."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from stream_pipelines.config import PipelineConfig, load_config
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def broker_ports() -> tuple[int, int]:
+    return free_port(), free_port()
+
+
+@pytest.fixture(scope="session")
+def session_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("pipeline")
+
+
+def overrides_for(data_root: Path, ports: tuple[int, int], *extra: str) -> list[str]:
+    """--set values pointing the local config at a private data root and the test broker."""
+    port, controller = ports
+    return [
+        f"paths.data_root={data_root}",
+        f"broker.port={port}",
+        f"broker.controller_port={controller}",
+        f"kafka.bootstrap_servers=127.0.0.1:{port}",
+        "spark.shuffle_partitions=2",
+        "spark.driver_memory=1g",
+        "metrics.enabled=false",
+        *extra,
+    ]
+
+
+def config_for(data_root: Path, ports: tuple[int, int], *extra: str) -> PipelineConfig:
+    return load_config("local", overrides_for(data_root, ports, *extra))
+
+
+def make_overrides_config(overrides: list[str]) -> PipelineConfig:
+    return load_config("local", overrides)
+
+
+@pytest.fixture(scope="session")
+def broker(session_root: Path, broker_ports: tuple[int, int]) -> Iterator[PipelineConfig]:
+    """A real single-node KRaft broker on loopback for the whole session; yields its config."""
+    from stream_pipelines.broker import LocalBroker
+
+    config = config_for(session_root / "broker-root", broker_ports)
+    local = LocalBroker(config)
+    local.start()
+    try:
+        yield config
+    finally:
+        local.stop()
+
+
+@pytest.fixture
+def make_overrides(tmp_path: Path, broker_ports: tuple[int, int]) -> Callable[..., list[str]]:
+    """Overrides for one test: its own data root (checkpoints, outputs), the session's broker."""
+
+    def build(*extra: str) -> list[str]:
+        return overrides_for(tmp_path / "data", broker_ports, *extra)
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def spark(session_root: Path, broker_ports: tuple[int, int]):
+    from stream_pipelines.runtime import get_spark
+
+    session = get_spark(config_for(session_root / "spark-root", broker_ports), "tests")
+    yield session
+    session.stop()
+
+
+def create_topic(config: PipelineConfig, name: str, partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(config.kafka_client_config())
+    admin.create_topics([NewTopic(name, num_partitions=partitions)])[name].result(30)
+
+
+def produce(
+    config: PipelineConfig, topic: str, messages: list[tuple[str | None, bytes]], partition: int | None = None
+):
+    from confluent_kafka import Producer
+
+    producer = Producer({**config.kafka_client_config(), "linger.ms": 5})
+    for key, value in messages:
+        kwargs = {"partition": partition} if partition is not None else {}
+        producer.produce(topic, key=key, value=value, **kwargs)
+    assert producer.flush(30) == 0
+
+
+def run_app(app: str, trigger: str, overrides: list[str], **popen) -> subprocess.Popen:
+    """Launch an app exactly as the front door does (spark-submit), in its own process group."""
+    from stream_pipelines.submit import spark_submit_command, submit_environment
+
+    command = spark_submit_command(load_config("local", overrides), app, trigger, overrides)
+    return subprocess.Popen(command, env=submit_environment(), start_new_session=True, **popen)
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(poll_s)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def python() -> str:
+    return sys.executable

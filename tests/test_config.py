@@ -1,0 +1,108 @@
+"""Config validation: errors name the key and the problem, as a user fixing them needs."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from stream_pipelines.config import DEFAULT_CONF_DIR, ConfigError, Duration, load_config
+
+
+def error_for(
+    *overrides: str, env: str = "local", environ: dict[str, str] | None = None, conf_dir=None
+) -> str:
+    with pytest.raises(ConfigError) as caught:
+        load_config(env, overrides, environ=environ or {}, conf_dir=conf_dir)
+    return str(caught.value)
+
+
+def test_local_defaults_load_and_are_typed():
+    config = load_config("local", environ={})
+    assert config.sensors.watermark == Duration(120)
+    assert config.sensors.watermark.spark() == "120 seconds"
+    assert config.kafka.topics.sensors.partitions == 3
+    assert config.kafka.topics.clicks.name == "clicks_ads"
+    assert config.data_path("archive").endswith("/data/archive")
+
+
+def test_bad_duration_names_key_and_unit():
+    message = error_for("sensors.watermark=2 minuts")
+    assert "sensors.watermark" in message
+    assert "'2 minuts'" in message and "unknown unit 'minuts'" in message
+
+
+def test_duration_without_unit_is_refused():
+    assert "needs a unit" in error_for("ads.match_interval=300")
+
+
+def test_slide_must_divide_window():
+    message = error_for("sensors.slide=3 minutes")
+    assert "sensors" in message
+    assert "slide (3 minutes) does not divide sliding_window (10 minutes)" in message
+
+
+def test_unknown_key_is_named():
+    message = error_for("sensors.watermarks=2 minutes")
+    assert "sensors.watermarks: unknown key" in message
+
+
+def test_missing_metadata_file_is_named(tmp_path: Path):
+    message = error_for(f"sensors.metadata_path={tmp_path}/nope.csv")
+    assert f"sensors.metadata_path: file not found: {tmp_path}/nope.csv" in message
+
+
+def test_missing_required_key_is_named(tmp_path: Path):
+    shutil.copytree(DEFAULT_CONF_DIR, tmp_path / "conf")
+    text = (tmp_path / "conf" / "local.yaml").read_text()
+    (tmp_path / "conf" / "local.yaml").write_text(text.replace("  bootstrap_servers: 127.0.0.1:9092\n", ""))
+    (tmp_path / "conf" / "sensor_metadata.csv").write_text("sensor_id,location,building,floor\n")
+    message = error_for(conf_dir=tmp_path / "conf")
+    assert "kafka.bootstrap_servers: required key is missing" in message
+
+
+def test_unknown_environment_lists_the_available_ones():
+    message = error_for(env="staging")
+    assert "'staging'" in message and "cluster" in message and "local" in message
+
+
+def test_command_line_override_wins_over_environment_variable():
+    environ = {"PIPELINE__SENSORS__WATERMARK": "5 minutes"}
+    assert load_config("local", environ=environ).sensors.watermark == Duration(300)
+    config = load_config("local", ["sensors.watermark=10 minutes"], environ=environ)
+    assert config.sensors.watermark == Duration(600)
+
+
+def test_override_values_are_typed_as_yaml():
+    config = load_config("local", ["kafka.max_offsets_per_trigger=500", "spark.ui_enabled=true"], environ={})
+    assert config.kafka.max_offsets_per_trigger == 500
+    assert config.spark.ui_enabled is True
+
+
+def test_environment_variable_override_is_validated_and_named():
+    message = error_for(environ={"PIPELINE__SPARK__SHUFFLE_PARTITIONS": "zero"})
+    assert "spark.shuffle_partitions" in message
+
+
+def test_secrets_come_from_the_environment_and_a_missing_one_is_named():
+    message = error_for(env="cluster")
+    assert (
+        "kafka.client_properties.sasl.jaas.config: environment variable KAFKA_USERNAME is not set" in message
+    )
+    environ = {"KAFKA_USERNAME": "svc", "KAFKA_PASSWORD": "s3cret", "KAFKA_TRUSTSTORE_PASSWORD": "t"}
+    config = load_config("cluster", environ=environ)
+    assert 'password="s3cret"' in config.kafka.client_properties["sasl.jaas.config"]
+    assert config.spark.master.startswith("spark://")
+    assert config.data_path("archive") == "s3a://pipeline-data/archive"
+    assert (
+        config.checkpoint_dir("raw_archive", "archive") == "hdfs:///streaming/checkpoints/raw_archive/archive"
+    )
+
+
+def test_malformed_set_argument_is_explained():
+    assert "expected key.path=value" in error_for("sensors.watermark")
+
+
+def test_every_value_can_be_overridden_through_a_section_that_is_a_value():
+    assert "is a value, not a section" in error_for("env.name=x")
