@@ -256,7 +256,14 @@ def ensure_topics(config: PipelineConfig, timeout_s: float = 30.0) -> dict[str, 
             outcome[topic.name] = f"exists ({current} partitions)"
     if to_create:
         futures = admin.create_topics(
-            [NewTopic(topic.name, num_partitions=topic.partitions) for topic in to_create],
+            [
+                NewTopic(
+                    topic.name,
+                    num_partitions=topic.partitions,
+                    config={"cleanup.policy": "compact"} if topic.compacted else {},
+                )
+                for topic in to_create
+            ],
             operation_timeout=timeout_s,
         )
         for topic in to_create:

@@ -136,15 +136,23 @@ class SparkSettings(_Section):
 class TopicSettings(_Section):
     name: str = Field(min_length=1)
     partitions: int = Field(3, ge=1)
+    # Log compaction keeps the latest value per key: right for keyed, upserted outputs.
+    compacted: bool = False
 
 
 class Topics(_Section):
     sensors: TopicSettings = TopicSettings(name="sensors", partitions=3)
     impressions: TopicSettings = TopicSettings(name="impressions", partitions=3)
     clicks: TopicSettings = TopicSettings(name="clicks_ads", partitions=3)
+    # Output: the live sliding-window averages (update mode), keyed by sensor and window.
+    sliding_averages: TopicSettings = TopicSettings(name="sensor_sliding_avg", partitions=3, compacted=True)
+
+    def inputs(self) -> list[TopicSettings]:
+        """The event topics the apps read (and the raw archive keeps)."""
+        return [self.sensors, self.impressions, self.clicks]
 
     def all(self) -> list[TopicSettings]:
-        return [self.sensors, self.impressions, self.clicks]
+        return [*self.inputs(), self.sliding_averages]
 
 
 class KafkaSettings(_Section):
@@ -205,10 +213,10 @@ class SensorSettings(_Section):
     window: PositiveDuration = Duration(300)
     sliding_window: PositiveDuration = Duration(600)
     slide: PositiveDuration = Duration(300)
-    # CSV of sensor_id,location,building,floor; relative paths resolve against the project root.
+    # CSV of sensor_id,location,building,floor, re-read every micro-batch (so a change shows up
+    # within one trigger). Relative paths resolve against the project root; Python workers open it,
+    # so on a cluster it must be on a filesystem every worker mounts.
     metadata_path: str = "conf/sensor_metadata.csv"
-    # How often the metadata table is re-read; a changed file shows up within one trigger of this.
-    metadata_refresh: PositiveDuration = Duration(10)
 
     @model_validator(mode="after")
     def _slide_divides_window(self) -> SensorSettings:

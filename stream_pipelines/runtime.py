@@ -53,6 +53,9 @@ def spark_conf(config: PipelineConfig) -> dict[str, str]:
     if settings.master.startswith("local"):
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"
+        # Python workers (UDF-free, but the metadata data source runs in them) need this venv.
+        conf["spark.pyspark.python"] = sys.executable
+        conf["spark.pyspark.driver.python"] = sys.executable
     if "spark.jars.packages" not in settings.extra_conf:
         conf["spark.jars"] = ",".join(jvm.spark_kafka_jars())
     conf.update(settings.extra_conf)
@@ -65,6 +68,10 @@ def get_spark(config: PipelineConfig, app_name: str) -> SparkSession:
 
     from pyspark.sql import SparkSession
 
+    # Spark's Python planner for data sources ignores spark.pyspark.* and reads only the environment,
+    # which the JVM inherits when it starts; without this it falls back to whatever `python3` is.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         builder = builder.master(config.spark.master)
@@ -103,6 +110,14 @@ def kafka_source_options(config: PipelineConfig, topics: Sequence[TopicSettings]
     if kafka.max_offsets_per_trigger:
         options["maxOffsetsPerTrigger"] = str(kafka.max_offsets_per_trigger)
     return options
+
+
+def kafka_sink_options(config: PipelineConfig, topic: TopicSettings) -> dict[str, str]:
+    return {
+        "kafka.bootstrap.servers": config.kafka.bootstrap_servers,
+        "topic": topic.name,
+        **{f"kafka.{name}": value for name, value in config.kafka.client_properties.items()},
+    }
 
 
 def _read_kafka(

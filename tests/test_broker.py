@@ -14,7 +14,7 @@ from tests.conftest import config_for, free_port, produce
 def test_topics_are_created_idempotently_with_configured_partitions(broker):
     first = ensure_topics(broker)
     again = ensure_topics(broker)
-    assert set(again) == {"sensors", "impressions", "clicks_ads"}
+    assert set(again) == {"sensors", "impressions", "clicks_ads", "sensor_sliding_avg"}
     assert all(outcome == "exists (3 partitions)" for outcome in again.values()), again
     assert all(outcome.startswith(("created", "exists")) for outcome in first.values())
 

@@ -40,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     config, trigger = parse_app_args(APP, __doc__ or APP, argv)
     spark = get_spark(config, APP)
-    raw = read_raw(spark, config, config.kafka.topics.all())
+    raw = read_raw(spark, config, config.kafka.topics.inputs())
     archive = StreamSink(
         name="archive",
         frame=archive_rows(raw),

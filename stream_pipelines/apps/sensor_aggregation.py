@@ -1,0 +1,138 @@
+"""Sensor readings in event-time windows: tumbling stats for compliance, sliding averages live.
+
+Queries (each with its own checkpoint under checkpoints/sensor_aggregation/<name>):
+- ``tumbling``: avg/max/min/count of temperature per sensor per tumbling window, enriched with the
+  sensor metadata, appended to Parquet once the watermark passes the window's end. Each window is
+  written exactly once (file sink + checkpoint); this is the output compliance relies on.
+- ``sliding``: average per sensor per sliding window in update mode, to a compacted Kafka topic keyed
+  by sensor and window. Kafka is the live sink because it takes update mode natively, any dashboard or
+  service can consume it, and keyed upserts make a replayed batch after a crash harmless (the same key
+  gets the same value; compaction keeps the latest).
+- ``quarantine``: readings that fail parsing or range checks, with the reason and coordinates.
+
+Duplicates are not dropped here: Spark's deduplication filters late rows by their own event time,
+which would drop late readings from windows that are still open. Duplicate deliveries are counted by
+the stream and corrected by the nightly reconciliation (exact recompute with one row per event_id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from stream_pipelines.config import Duration
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from stream_pipelines.config import PipelineConfig
+    from stream_pipelines.runtime import StreamSink
+
+APP = "sensor_aggregation"
+METADATA_COLUMNS = ("location", "building", "floor")
+
+
+def tumbling_window_stats(readings: DataFrame, window: Duration) -> DataFrame:
+    """avg/max/min/count of temperature per sensor per tumbling window (stream or batch)."""
+    return (
+        readings.groupBy(F.window("ts", window.spark()).alias("window"), "sensor_id")
+        .agg(
+            F.avg("temperature").alias("avg_temperature"),
+            F.max("temperature").alias("max_temperature"),
+            F.min("temperature").alias("min_temperature"),
+            F.count(F.lit(1)).alias("reading_count"),
+        )
+        .select(
+            F.col("window.start").alias("window_start"),
+            F.col("window.end").alias("window_end"),
+            "sensor_id",
+            "avg_temperature",
+            "max_temperature",
+            "min_temperature",
+            "reading_count",
+        )
+    )
+
+
+def sliding_window_averages(readings: DataFrame, window: Duration, slide: Duration) -> DataFrame:
+    """Average temperature per sensor per sliding window; each reading counts in window/slide windows."""
+    return (
+        readings.groupBy(F.window("ts", window.spark(), slide.spark()).alias("window"), "sensor_id")
+        .agg(F.avg("temperature").alias("avg_temperature"), F.count(F.lit(1)).alias("reading_count"))
+        .select(
+            F.col("window.start").alias("window_start"),
+            F.col("window.end").alias("window_end"),
+            "sensor_id",
+            "avg_temperature",
+            "reading_count",
+        )
+    )
+
+
+def enrich_with_metadata(windows: DataFrame, metadata: DataFrame) -> DataFrame:
+    """Left join to the metadata; sensors it does not know are kept and flagged."""
+    marked = metadata.withColumn("known_sensor", F.lit(True))
+    joined = windows.join(marked, on="sensor_id", how="left")
+    return joined.select(
+        *windows.columns,
+        *METADATA_COLUMNS,
+        F.coalesce(F.col("known_sensor"), F.lit(False)).alias("known_sensor"),
+        "metadata_problem",
+    )
+
+
+def sliding_to_kafka_records(averages: DataFrame) -> DataFrame:
+    """key = sensor_id|window_start (one compacted entry per window), value = the row as JSON."""
+    key = F.concat_ws("|", "sensor_id", F.date_format("window_start", "yyyy-MM-dd'T'HH:mm:ss'Z'"))
+    return averages.select(key.alias("key"), F.to_json(F.struct(*averages.columns)).alias("value"))
+
+
+def readings_with_watermark(readings: DataFrame, delay: Duration) -> DataFrame:
+    return readings.withWatermark("ts", delay.spark())
+
+
+def build_sinks(spark: SparkSession, config: PipelineConfig) -> list[StreamSink]:
+    from stream_pipelines.parsing import SENSOR_READING, parse_events, quarantined_events, valid_events
+    from stream_pipelines.runtime import StreamSink, kafka_sink_options, read_raw
+    from stream_pipelines.sensor_metadata import sensor_metadata_frame
+
+    settings, topics = config.sensors, config.kafka.topics
+    metadata = sensor_metadata_frame(spark, config.project_path(settings.metadata_path))
+
+    def parsed() -> DataFrame:
+        return parse_events(read_raw(spark, config, [topics.sensors]), SENSOR_READING, config.quality)
+
+    def readings() -> DataFrame:
+        return readings_with_watermark(valid_events(parsed(), SENSOR_READING), settings.watermark)
+
+    tumbling = enrich_with_metadata(tumbling_window_stats(readings(), settings.window), metadata)
+    sliding = enrich_with_metadata(
+        sliding_window_averages(readings(), settings.sliding_window, settings.slide), metadata
+    )
+    return [
+        StreamSink(name="tumbling", frame=tumbling, path=config.output_dir("sensor_windows")),
+        StreamSink(
+            name="sliding",
+            frame=sliding_to_kafka_records(sliding),
+            output_mode="update",
+            format="kafka",
+            options=kafka_sink_options(config, topics.sliding_averages),
+        ),
+        StreamSink(
+            name="quarantine",
+            frame=quarantined_events(parsed(), SENSOR_READING),
+            path=f"{config.data_path('quarantine')}/{APP}",
+        ),
+    ]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from stream_pipelines.apps.common import parse_app_args
+    from stream_pipelines.runtime import get_spark, run_streams
+
+    config, trigger = parse_app_args(APP, __doc__ or APP, argv)
+    spark = get_spark(config, APP)
+    return run_streams(config, APP, build_sinks(spark, config), trigger)
