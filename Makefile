@@ -7,7 +7,7 @@ export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(BIN)/python
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: help setup lock demo test test-fast lint format broker-start broker-stop broker-status bench-ingest clean
+.PHONY: help setup lock demo test test-deps test-fast lint format broker-start broker-stop broker-status bench-ingest clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -21,7 +21,10 @@ lock:  ## recompile requirements.lock from requirements.in
 demo: setup  ## the main job on the embedded local default: broker, events, apps, summary
 	$(BIN)/pipelinectl demo
 
-test: setup  ## the whole test suite (real broker, real Spark)
+test-deps:  ## servers the tests start that come from Debian: prometheus and promtool
+	@infra/scripts/install_prometheus.sh
+
+test: setup test-deps  ## the whole test suite (real broker, real Spark, real Prometheus)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint: setup  ## ruff over everything

@@ -124,3 +124,62 @@ def wait_for(condition: Callable[[], bool], timeout_s: float, what: str, poll_s:
 
 def python() -> str:
     return sys.executable
+
+
+class Replay:
+    """Deterministic micro-batches for the files source: one JSON-lines file per batch, per topic."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.files = 0
+
+    def batch(self, topic: str, events: list[dict | str]) -> None:
+        import json
+        import os
+
+        folder = self.root / topic
+        folder.mkdir(parents=True, exist_ok=True)
+        self.files += 1
+        target = folder / f"batch-{self.files:04d}.jsonl"
+        temporary = folder / f".batch-{self.files:04d}.tmp"
+        temporary.write_text("".join((e if isinstance(e, str) else json.dumps(e)) + "\n" for e in events))
+        # The file source orders by modification time; make the order explicit and strictly rising.
+        moment = time.time() + self.files
+        os.utime(temporary, (moment, moment))
+        temporary.rename(target)
+
+
+def files_source_overrides(replay_root: Path) -> list[str]:
+    return ["source.kind=files", f"source.files_dir={replay_root}", "source.max_files_per_trigger=1"]
+
+
+def run_in_process(spark, config: PipelineConfig, app_module, trigger: str = "available-now"):
+    """Run a real app's queries in this process (shared session); returns (exit code, queries)."""
+    from stream_pipelines.runtime import run_streams
+
+    queries: list = []
+    code = run_streams(
+        config, app_module.APP, app_module.build_sinks(spark, config), trigger, on_started=queries.extend
+    )
+    return code, {query.name.split(".", 1)[1]: query for query in queries}
+
+
+def committed_batches_of_files(output: Path) -> dict[str, int]:
+    """File name -> the micro-batch that committed it, from the file sink's log."""
+    import json
+
+    owners: dict[str, int] = {}
+    for entry in sorted((output / "_spark_metadata").glob("[0-9]*")):
+        for line in entry.read_text().splitlines()[1:]:
+            owners[Path(json.loads(line)["path"]).name] = int(entry.name.split(".")[0])
+    return owners
+
+
+def batch_watermarks(checkpoint: Path) -> dict[int, int]:
+    """Batch id -> the watermark (epoch ms) in effect for it, from the checkpoint's offset log."""
+    import json
+
+    marks = {}
+    for entry in (checkpoint / "offsets").glob("[0-9]*"):
+        marks[int(entry.name)] = json.loads(entry.read_text().splitlines()[1])["batchWatermarkMs"]
+    return marks

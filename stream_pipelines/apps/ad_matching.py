@@ -134,9 +134,6 @@ def build_sinks(spark: SparkSession, config: PipelineConfig) -> list[StreamSink]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from stream_pipelines.apps.common import parse_app_args
-    from stream_pipelines.runtime import get_spark, run_streams
+    from stream_pipelines.apps.common import launch
 
-    config, trigger = parse_app_args(APP, __doc__ or APP, argv)
-    spark = get_spark(config, APP)
-    return run_streams(config, APP, build_sinks(spark, config), trigger)
+    return launch(APP, __doc__ or APP, argv, build_sinks)

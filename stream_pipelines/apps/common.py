@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from stream_pipelines.config import ConfigError, PipelineConfig, load_config
 from stream_pipelines.runtime import TriggerMode
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from stream_pipelines.runtime import StreamSink
 
 EXIT_BAD_CONFIG = 2
 
@@ -52,3 +58,22 @@ def parse_app_args(
     except ConfigError as error:
         print(f"{app}: {error}", file=sys.stderr)
         raise SystemExit(EXIT_BAD_CONFIG) from None
+
+
+def launch(
+    app: str,
+    description: str,
+    argv: Sequence[str] | None,
+    build_sinks: Callable[[SparkSession, PipelineConfig], list[StreamSink]],
+) -> int:
+    """An app's whole life: config, session, metrics exporter, queries until they end or are stopped."""
+    from stream_pipelines.metrics import MetricsExporter
+    from stream_pipelines.runtime import get_spark, run_streams
+
+    config, trigger = parse_app_args(app, description, argv)
+    spark = get_spark(config, app)
+    exporter = MetricsExporter(config, app).start(spark)
+    try:
+        return run_streams(config, app, build_sinks(spark, config), trigger)
+    finally:
+        exporter.stop()

@@ -9,9 +9,16 @@ together with the checkpointed offsets: after any crash, each (topic, partition,
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from stream_pipelines.config import PipelineConfig
+    from stream_pipelines.runtime import StreamSink
 
 APP = "raw_archive"
 ARCHIVE_PARTITIONS = ("topic", "arrival_date")
@@ -34,17 +41,21 @@ def archive_rows(raw: DataFrame) -> DataFrame:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from stream_pipelines.apps.common import parse_app_args
-    from stream_pipelines.runtime import StreamSink, get_spark, read_raw, run_streams
+def build_sinks(spark: SparkSession, config: PipelineConfig) -> list[StreamSink]:
+    from stream_pipelines.runtime import StreamSink, read_raw
 
-    config, trigger = parse_app_args(APP, __doc__ or APP, argv)
-    spark = get_spark(config, APP)
     raw = read_raw(spark, config, config.kafka.topics.inputs())
-    archive = StreamSink(
-        name="archive",
-        frame=archive_rows(raw),
-        path=config.data_path("archive"),
-        partition_by=ARCHIVE_PARTITIONS,
-    )
-    return run_streams(config, APP, [archive], trigger)
+    return [
+        StreamSink(
+            name="archive",
+            frame=archive_rows(raw),
+            path=config.data_path("archive"),
+            partition_by=ARCHIVE_PARTITIONS,
+        )
+    ]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from stream_pipelines.apps.common import launch
+
+    return launch(APP, __doc__ or APP, argv, build_sinks)

@@ -95,6 +95,7 @@ def readings_with_watermark(readings: DataFrame, delay: Duration) -> DataFrame:
 
 
 def build_sinks(spark: SparkSession, config: PipelineConfig) -> list[StreamSink]:
+    from stream_pipelines.metrics import observe_event_time, observe_quarantine, topic_partitions
     from stream_pipelines.parsing import SENSOR_READING, parse_events, quarantined_events, valid_events
     from stream_pipelines.runtime import StreamSink, kafka_sink_options, read_raw
     from stream_pipelines.sensor_metadata import sensor_metadata_frame
@@ -106,7 +107,14 @@ def build_sinks(spark: SparkSession, config: PipelineConfig) -> list[StreamSink]
         return parse_events(read_raw(spark, config, [topics.sensors]), SENSOR_READING, config.quality)
 
     def readings() -> DataFrame:
-        return readings_with_watermark(valid_events(parsed(), SENSOR_READING), settings.watermark)
+        valid = observe_event_time(
+            valid_events(parsed(), SENSOR_READING),
+            "sensors",
+            "ts",
+            topic_partitions([topics.sensors]),
+            watermark_delay=settings.watermark,
+        )
+        return readings_with_watermark(valid, settings.watermark)
 
     tumbling = enrich_with_metadata(tumbling_window_stats(readings(), settings.window), metadata)
     sliding = enrich_with_metadata(
@@ -123,16 +131,13 @@ def build_sinks(spark: SparkSession, config: PipelineConfig) -> list[StreamSink]
         ),
         StreamSink(
             name="quarantine",
-            frame=quarantined_events(parsed(), SENSOR_READING),
+            frame=quarantined_events(observe_quarantine(parsed(), "sensors"), SENSOR_READING),
             path=f"{config.data_path('quarantine')}/{APP}",
         ),
     ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from stream_pipelines.apps.common import parse_app_args
-    from stream_pipelines.runtime import get_spark, run_streams
+    from stream_pipelines.apps.common import launch
 
-    config, trigger = parse_app_args(APP, __doc__ or APP, argv)
-    spark = get_spark(config, APP)
-    return run_streams(config, APP, build_sinks(spark, config), trigger)
+    return launch(APP, __doc__ or APP, argv, build_sinks)

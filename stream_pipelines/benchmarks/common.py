@@ -1,0 +1,237 @@
+"""Pieces any benchmark needs: a private broker, robust summaries of repeated timings, machine facts
+and a results file. Nothing here knows what is being measured."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from stream_pipelines.config import PipelineConfig, load_config
+
+LOOPBACK = "127.0.0.1"
+
+
+class BenchmarkError(RuntimeError):
+    """A run did not do what it was meant to (wrong row count, failed query); its numbers mean nothing."""
+
+
+# --------------------------------------------------------------------------- isolation
+
+
+def free_ports(count: int) -> list[int]:
+    """Distinct free loopback ports. All sockets stay bound until every port is known, so the kernel
+    cannot hand out the same port twice; another process may still grab one before the broker binds it."""
+    with ExitStack() as stack:
+        probes = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for probe in probes:
+            probe.bind((LOOPBACK, 0))
+        return [probe.getsockname()[1] for probe in probes]
+
+
+@contextmanager
+def private_broker(
+    env: str | None = None,
+    overrides: Sequence[str] = (),
+    *,
+    conf_dir: str | None = None,
+    prefix: str = "bench-",
+) -> Iterator[PipelineConfig]:
+    """A configured KRaft broker with the configured topics, on free ports under a temporary data root.
+
+    Yields the config pointing at it (data root, broker and bootstrap overridden after ``overrides``, so
+    nothing can aim the run at a shared broker or the user's data). The broker is stopped and the data
+    root deleted on the way out, whether the body finished, raised or was interrupted.
+    """
+    from stream_pipelines.broker import LocalBroker, ensure_topics
+
+    data_root = Path(tempfile.mkdtemp(prefix=prefix))
+    broker: LocalBroker | None = None
+    try:
+        port, controller = free_ports(2)
+        config = load_config(
+            env,
+            [
+                *overrides,
+                f"paths.data_root={data_root}",
+                "broker.manage_local=true",
+                f"broker.port={port}",
+                f"broker.controller_port={controller}",
+                f"kafka.bootstrap_servers={LOOPBACK}:{port}",
+                # The env's client properties (SASL, TLS) are for its own cluster, not this plaintext broker.
+                "kafka.client_properties={}",
+            ],
+            conf_dir=conf_dir,
+        )
+        broker = LocalBroker(config)
+        broker.start()
+        ensure_topics(config)
+        yield config
+    finally:
+        with signals_ignored():
+            try:
+                if broker is not None:
+                    broker.stop()
+            finally:
+                shutil.rmtree(data_root, ignore_errors=True)
+
+
+class Interrupts:
+    """Ctrl-C and SIGTERM, acted on at safe points.
+
+    The first signal is only noted; ``check()`` raises KeyboardInterrupt at the next safe point. Raising
+    straight from the handler could land inside a py4j call and leave the Spark gateway out of step, so
+    the cleanup that follows would fail. A second signal raises at once, for when a step hangs.
+    """
+
+    def __init__(self) -> None:
+        self.received: str | None = None
+
+    def install(self) -> None:
+        """(Re)install the handlers; needed again after creating a SparkContext, which takes SIGINT."""
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, self._on_signal)
+
+    def check(self) -> None:
+        if self.received is not None:
+            raise KeyboardInterrupt(self.received)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        if self.received is not None:
+            raise KeyboardInterrupt(self.received)
+        self.received = signal.Signals(signum).name
+        log(f"{self.received}: stopping at the end of the current step (send it again to stop at once)")
+
+    @contextmanager
+    def installed(self) -> Iterator[Interrupts]:
+        previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+        self.install()
+        try:
+            yield self
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+
+@contextmanager
+def signals_ignored() -> Iterator[None]:
+    """Let cleanup run to the end: a further Ctrl-C must not leave a broker running without its data."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+# --------------------------------------------------------------------------- summaries
+
+
+@dataclass(frozen=True)
+class Summary:
+    median: float
+    minimum: float
+    maximum: float
+    count: int
+
+    @classmethod
+    def of(cls, samples: Iterable[float]) -> Summary:
+        values = list(samples)
+        if not values:
+            raise ValueError("no samples to summarize")
+        return cls(statistics.median(values), min(values), max(values), len(values))
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {"median": self.median, "min": self.minimum, "max": self.maximum, "count": self.count}
+
+
+# --------------------------------------------------------------------------- machine and results
+
+
+def kafka_version() -> str:
+    """The version of the kafka-clients jar the broker and the Kafka tools run from."""
+    from stream_pipelines import jvm
+
+    for jar in jvm.jars("kafka-broker"):
+        match = re.fullmatch(r"kafka-clients-(.+)\.jar", jar.name)
+        if match:
+            return match.group(1)
+    return "unknown"
+
+
+def java_version() -> str:
+    from stream_pipelines import jvm
+
+    result = subprocess.run([jvm.java_executable(), "-version"], capture_output=True, text=True, check=False)
+    lines = (result.stderr or result.stdout).strip().splitlines()
+    return lines[0] if lines else "unknown"
+
+
+def _first_field(path: str, name: str) -> str | None:
+    try:
+        for line in Path(path).read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == name:
+                return value.strip()
+    except OSError:
+        pass
+    return None
+
+
+def machine_info() -> dict[str, Any]:
+    import pyspark
+
+    memory_kb = _first_field("/proc/meminfo", "MemTotal")
+    return {
+        "hostname": platform.node(),
+        "platform": platform.platform(),
+        "cpu_model": _first_field("/proc/cpuinfo", "model name") or platform.processor() or "unknown",
+        "cpu_count": os.cpu_count(),
+        # Differs from cpu_count in containers and under taskset; it is what the JVMs can use.
+        "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "memory_gib": round(int(memory_kb.split()[0]) / 1024**2, 1) if memory_kb else None,
+        "python": sys.version.split()[0],
+        "pyspark": pyspark.__version__,
+        "kafka": kafka_version(),
+        "java": java_version(),
+    }
+
+
+def load_average() -> list[float]:
+    """The 1, 5 and 15 minute load averages; other work on the machine skews every timing."""
+    try:
+        return [round(value, 2) for value in os.getloadavg()]
+    except OSError:
+        return []
+
+
+def write_results(path: Path, results: dict[str, Any]) -> Path:
+    """Write results as JSON, replacing the file only once the new one is complete."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stamped = {"written_at": datetime.now(UTC).isoformat(timespec="seconds"), **results}
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(json.dumps(stamped, indent=2, sort_keys=False) + "\n")
+    temporary.replace(path)
+    return path
+
+
+def log(message: str) -> None:
+    print(f"[{datetime.now(UTC):%H:%M:%S}] {message}", file=sys.stderr, flush=True)

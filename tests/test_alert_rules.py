@@ -1,0 +1,212 @@
+"""Alert rules, their promtool unit tests, the Prometheus/Alertmanager configs and the example receiver.
+
+Needs promtool (infra/scripts/install_prometheus.sh installs it); a missing promtool fails, it does
+not skip, so CI cannot pass without having checked the rules.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import shutil
+import subprocess
+import threading
+import urllib.request
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+from stream_pipelines.config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+MONITORING = ROOT / "monitoring"
+RULE_FILES = sorted((MONITORING / "rules").glob("*.yml"))
+RULE_TEST_FILES = sorted((MONITORING / "tests").glob("*.yml"))
+
+PAGING_ALERTS = {"WatermarkLagHigh", "QueryDown", "NoProgress"}
+ALERTS = PAGING_ALERTS | {
+    "WatermarkStalled",
+    "PartitionStalled",
+    "StateGrowing",
+    "LateDropsHigh",
+    "RestartStorm",
+    "SourceLagHigh",
+}
+
+
+def promtool() -> str:
+    path = shutil.which("promtool")
+    if path is None:
+        pytest.fail("promtool is not on PATH: run infra/scripts/install_prometheus.sh (make test does)")
+    return path
+
+
+def run(*command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT, check=False)
+
+
+def alerting_rules() -> dict[str, dict[str, Any]]:
+    rules: dict[str, dict[str, Any]] = {}
+    for path in RULE_FILES:
+        for group in yaml.safe_load(path.read_text())["groups"]:
+            for rule in group["rules"]:
+                if "alert" in rule:
+                    assert rule["alert"] not in rules, f"alert {rule['alert']} is defined twice"
+                    rules[rule["alert"]] = rule
+    return rules
+
+
+# --------------------------------------------------------------------------- promtool
+
+
+def test_rule_files_are_valid() -> None:
+    assert RULE_FILES, "no rule files in monitoring/rules"
+    result = run(promtool(), "check", "rules", *map(str, RULE_FILES))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_promtool_rule_unit_tests_pass() -> None:
+    assert RULE_TEST_FILES, "no promtool tests in monitoring/tests"
+    result = run(promtool(), "test", "rules", *map(str, RULE_TEST_FILES))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout + result.stderr
+
+
+def test_prometheus_config_is_valid_and_matches_the_pipeline_config() -> None:
+    result = run(promtool(), "check", "config", str(MONITORING / "prometheus.yml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {len(RULE_FILES)} rule files found" in result.stdout + result.stderr
+
+    prometheus = yaml.safe_load((MONITORING / "prometheus.yml").read_text())
+    assert prometheus["global"]["scrape_interval"] == "15s"
+    assert prometheus["rule_files"] == ["rules/*.yml"]
+    alertmanagers = [
+        target
+        for manager in prometheus["alerting"]["alertmanagers"]
+        for static in manager["static_configs"]
+        for target in static["targets"]
+    ]
+    config = load_config("local")
+    assert alertmanagers == ["127.0.0.1:9094"]
+    assert config.broker.controller_port != 9094
+    scraped = {
+        static["labels"]["app"]: static["targets"]
+        for job in prometheus["scrape_configs"]
+        for static in job["static_configs"]
+    }
+    assert scraped == {app: [f"{config.metrics.host}:{port}"] for app, port in config.metrics.ports.items()}
+
+
+# --------------------------------------------------------------------------- the rules themselves
+
+
+def test_every_alert_exists_with_severity_and_runbook() -> None:
+    rules = alerting_rules()
+    assert set(rules) == ALERTS
+    for name, rule in rules.items():
+        severity = rule["labels"]["severity"]
+        assert severity == ("page" if name in PAGING_ALERTS else "ticket"), name
+        annotations = rule["annotations"]
+        for key in ("summary", "description", "runbook"):
+            assert annotations.get(key, "").strip(), f"{name} has no {key}"
+        # What it means, what to check, what to do.
+        for part in ("Means:", "Check:", "Do:"):
+            assert part in annotations["runbook"], f"{name}'s runbook lacks {part!r}"
+
+
+def test_thresholds_come_from_the_exported_configuration() -> None:
+    rules = alerting_rules()
+    assert "pipeline_watermark_delay_seconds" in rules["WatermarkLagHigh"]["expr"]
+    assert "pipeline_watermark_delay_seconds" in rules["PartitionStalled"]["expr"]
+    assert "pipeline_trigger_interval_seconds" in rules["NoProgress"]["expr"]
+
+
+def test_every_alert_has_a_firing_and_a_quiet_promtool_case() -> None:
+    firing: set[str] = set()
+    quiet: set[str] = set()
+    for path in RULE_TEST_FILES:
+        for case in yaml.safe_load(path.read_text())["tests"]:
+            for check in case.get("alert_rule_test", []):
+                (firing if check.get("exp_alerts") else quiet).add(check["alertname"])
+    assert firing >= ALERTS, f"no firing case for {sorted(ALERTS - firing)}"
+    assert quiet >= ALERTS, f"no quiet case for {sorted(ALERTS - quiet)}"
+
+
+# --------------------------------------------------------------------------- Alertmanager
+
+
+def test_alertmanager_routes_pages_to_on_call_and_the_rest_to_tickets() -> None:
+    path = MONITORING / "alertmanager.yml"
+    manager = yaml.safe_load(path.read_text())
+    route = manager["route"]
+    assert route["receiver"] == "ticket"
+    assert [(sub["receiver"], sub["matchers"]) for sub in route["routes"]] == [
+        ("on-call", ['severity="page"'])
+    ]
+    receivers = {receiver["name"]: receiver for receiver in manager["receivers"]}
+    assert set(receivers) == {"on-call", "ticket"}
+    for name, receiver in receivers.items():
+        assert [hook["url"] for hook in receiver["webhook_configs"]] == [f"http://127.0.0.1:9095/{name}"]
+    if amtool := shutil.which("amtool"):  # from prometheus-alertmanager, not required
+        result = run(amtool, "check-config", str(path))
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def load_webhook_receiver() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("webhook_receiver", MONITORING / "webhook_receiver.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_webhook_receiver_logs_each_alert_as_a_json_line() -> None:
+    from http.server import ThreadingHTTPServer
+
+    receiver = load_webhook_receiver()
+    output = io.StringIO()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), receiver.make_handler(output))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    notification = {
+        "version": "4",
+        "status": "firing",
+        "receiver": "on-call",
+        "alerts": [
+            {
+                "status": "firing",
+                "labels": {"alertname": "QueryDown", "severity": "page", "app": "ad_matching"},
+                "annotations": {"summary": "ad_matching is down", "description": "d", "runbook": "r"},
+                "startsAt": "2026-01-01T00:00:00Z",
+                "endsAt": "0001-01-01T00:00:00Z",
+                "fingerprint": "abc",
+            },
+            {
+                "status": "resolved",
+                "labels": {"alertname": "NoProgress", "severity": "page"},
+                "annotations": {},
+            },
+        ],
+    }
+    try:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{server.server_port}/on-call",
+            data=json.dumps(notification).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert response.status == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+    records = [json.loads(line) for line in output.getvalue().splitlines()]
+    assert [(r["receiver"], r["alertname"], r["status"]) for r in records] == [
+        ("on-call", "QueryDown", "firing"),
+        ("on-call", "NoProgress", "resolved"),
+    ]
+    assert records[0]["summary"] == "ad_matching is down"
+    assert records[0]["labels"]["app"] == "ad_matching"
