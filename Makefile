@@ -7,7 +7,7 @@ export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(BIN)/python
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: help setup lock demo test test-deps test-fast lint format broker-start broker-stop broker-status bench-ingest clean
+.PHONY: help setup lock demo test test-deps up down status test-fast lint format broker-start broker-stop broker-status bench-ingest clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -41,6 +41,16 @@ broker-stop:  ## stop the local broker
 
 broker-status:
 	$(BIN)/pipelinectl broker status
+
+up: setup  ## local stack: broker, Airflow (UI on :8080), streaming DAGs unpaused, generator, Prometheus
+	-@infra/scripts/install_prometheus.sh --with-alertmanager
+	$(BIN)/pipelinectl up
+
+down:  ## stop everything `make up` started, children included
+	$(BIN)/pipelinectl down
+
+status:  ## what runs, and each app's state (running, stopped, paused, crash-looping)
+	$(BIN)/pipelinectl status
 
 bench-ingest: setup  ## ingest benchmark: Kafka->noop, ->parse, ->archive vs kafka-consumer-perf-test
 	$(BIN)/python -m stream_pipelines.benchmarks.ingest

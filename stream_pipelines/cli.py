@@ -6,6 +6,8 @@
     pipelinectl produce ...                    generate events to Kafka or to JSON-lines files
     pipelinectl run APP [--trigger ...]        run a streaming app through spark-submit
     pipelinectl stop APP                       ask a running app to stop gracefully (drain, commit, exit 0)
+    pipelinectl control APP ACTION             stop|start|restart|pause|resume, as the pipeline_control DAG
+    pipelinectl status | up | down             the local stack (make status / up / down)
     pipelinectl demo                           the scripted end-to-end scenario (make demo)
 
 Every command takes --env, --conf-dir and --set KEY=VALUE like the apps do.
@@ -104,6 +106,14 @@ def _build_parser() -> argparse.ArgumentParser:
     stop = command("stop", _stop, "ask a running app to stop after its current batch")
     stop.add_argument("app", choices=APP_NAMES)
 
+    control = command("control", _control, "operator actions, as the pipeline_control DAG does them")
+    control.add_argument("app", choices=APP_NAMES)
+    control.add_argument("action", choices=["stop", "start", "restart", "pause", "resume"])
+    control.add_argument("--reason", default="", help="recorded with the change")
+
+    command("status", _status, "what runs: broker, Airflow, monitoring, and each app's state")
+    command("up", _up, "start the local stack: broker, Airflow, generator, Prometheus (make up)")
+    command("down", _down, "stop everything `up` started, children included (make down)")
     command("demo", _demo, "the scripted end-to-end scenario that `make demo` runs")
     return parser
 
@@ -267,11 +277,35 @@ def _run(config: PipelineConfig, args: argparse.Namespace) -> int:
 
 
 def _stop(config: PipelineConfig, args: argparse.Namespace) -> int:
-    marker = config.stop_marker(args.app)
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.touch()
-    print(f"asked {args.app} to stop after its current batch ({marker})")
+    from stream_pipelines.control import apply_action
+
+    print(apply_action(config, args.app, "stop", by="pipelinectl", reason="pipelinectl stop"))
     return 0
+
+
+def _control(config: PipelineConfig, args: argparse.Namespace) -> int:
+    from stream_pipelines.control import apply_action
+
+    print(apply_action(config, args.app, args.action, by="pipelinectl", reason=args.reason))
+    return 0
+
+
+def _status(config: PipelineConfig, args: argparse.Namespace) -> int:
+    from stream_pipelines import stack
+
+    return stack.status(config)
+
+
+def _up(config: PipelineConfig, args: argparse.Namespace) -> int:
+    from stream_pipelines import stack
+
+    return stack.up(config)
+
+
+def _down(config: PipelineConfig, args: argparse.Namespace) -> int:
+    from stream_pipelines import stack
+
+    return stack.down(config)
 
 
 def _demo(config: PipelineConfig, args: argparse.Namespace) -> int:

@@ -258,6 +258,23 @@ class QualitySettings(_Section):
         return self
 
 
+class SupervisionSettings(_Section):
+    """How Airflow keeps the streaming apps running."""
+
+    spark_conn_id: str = "spark_pipeline"
+    # A crash is retried after retry_delay * backoff_multiplier^(n-1) (Airflow adds jitter), capped.
+    retry_delay: PositiveDuration = Duration(30)
+    backoff_multiplier: float = Field(2.0, ge=1.0)
+    max_retry_delay: PositiveDuration = Duration(600)
+    # The crash-loop guard: this many restarts within the window stop the restarts, loudly.
+    max_restarts: int = Field(5, ge=1)
+    crash_loop_window: PositiveDuration = Duration(3600)
+    # While an app is stopped or paused, its supervisor run waits and looks again this often.
+    poll_interval: PositiveDuration = Duration(30)
+    # How long a deliberate stop may take to drain the batch in flight before it is forced.
+    drain_timeout: PositiveDuration = Duration(300)
+
+
 class MetricsSettings(_Section):
     enabled: bool = True
     host: str = "127.0.0.1"
@@ -277,6 +294,7 @@ class PipelineConfig(_Section):
     sensors: SensorSettings = SensorSettings()
     ads: AdSettings = AdSettings()
     quality: QualitySettings = QualitySettings()
+    supervision: SupervisionSettings = SupervisionSettings()
     metrics: MetricsSettings = MetricsSettings()
 
     # The folder the config was read from; relative paths resolve against its parent.

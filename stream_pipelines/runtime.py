@@ -242,9 +242,12 @@ def run_streams(
     Returns EXIT_OK after a finished or deliberate stop, EXIT_QUERY_FAILED when a query died; the
     supervisor relies on that difference. A deliberate stop drains the batch in flight first.
     """
+    from stream_pipelines.control import mark_not_running, mark_running
+
     stop = StopRequest(config.stop_marker(app))
     stop.install_signal_handlers()
     queries = [start_sink(config, app, sink, trigger) for sink in sinks]
+    mark_running(config, app)
     if on_started:
         on_started(queries)
     _log(app, f"started {len(queries)} queries ({trigger}): {', '.join(q.name for q in queries)}")
@@ -277,6 +280,8 @@ def run_streams(
             if query.isActive:
                 query.stop()
         raise
+    finally:
+        mark_not_running(config, app)
 
 
 def _drain_and_stop(query: StreamingQuery, timeout_s: float) -> None:

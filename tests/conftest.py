@@ -183,3 +183,61 @@ def batch_watermarks(checkpoint: Path) -> dict[int, int]:
     for entry in (checkpoint / "offsets").glob("[0-9]*"):
         marks[int(entry.name)] = json.loads(entry.read_text().splitlines()[1])["batchWatermarkMs"]
     return marks
+
+
+@pytest.fixture(scope="session")
+def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A real Airflow home (SQLite, migrated once per session) for DagBag and dag.test() runs."""
+    import os
+
+    from stream_pipelines.config import PROJECT_ROOT
+
+    home = tmp_path_factory.mktemp("airflow-home")
+    environment = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+        "PYTHONPATH": str(PROJECT_ROOT),
+    }
+    migrate = subprocess.run(
+        [str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert migrate.returncode == 0, migrate.stderr[-3000:]
+    return environment
+
+
+def pipeline_environment(overrides: list[str]) -> dict[str, str]:
+    """--set overrides as PIPELINE__ environment variables, the way a deployment configures Airflow."""
+    environment = {}
+    for item in overrides:
+        key, _, value = item.partition("=")
+        environment["PIPELINE__" + key.replace(".", "__").upper()] = value
+    return environment
+
+
+def start_dag_test(
+    airflow_env: dict[str, str], dag_id: str, overrides: list[str], log: Path
+) -> subprocess.Popen:
+    """dag.test() of a real DAG from dags/, in its own process (as `airflow dags test` would)."""
+    script = (
+        "import sys\n"
+        "from airflow.dag_processing.dagbag import DagBag\n"
+        f"dag = DagBag({airflow_env['AIRFLOW__CORE__DAGS_FOLDER']!r}).get_dag({dag_id!r})\n"
+        "run = dag.test()\n"
+        "print('DAG RUN STATE', run.state, flush=True)\n"
+    )
+    handle = log.open("w")
+    return subprocess.Popen(
+        [sys.executable, "-c", script],
+        env={**airflow_env, **pipeline_environment(overrides)},
+        stdout=handle,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )

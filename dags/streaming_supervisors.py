@@ -1,0 +1,52 @@
+"""One supervisor DAG per streaming app: keep it running, restart it from its checkpoint after a crash.
+
+Wiring only; the logic is in stream_pipelines.orchestration and stream_pipelines.control.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from airflow.providers.standard.sensors.python import PythonSensor
+from airflow.sdk import DAG
+
+from stream_pipelines.config import APP_NAMES
+from stream_pipelines.orchestration import (
+    DEFAULT_ARGS,
+    SUPERVISOR_RETRIES,
+    SUPERVISOR_TAGS,
+    StreamingAppOperator,
+    SupervisorRetryPolicy,
+    app_is_wanted,
+)
+
+for app_name in APP_NAMES:
+    with DAG(
+        dag_id=f"supervise_{app_name}",
+        description=f"Keeps {app_name} running; restarts it from its checkpoint after a crash",
+        schedule="@continuous",
+        start_date=datetime(2026, 1, 1),
+        catchup=False,
+        max_active_runs=1,
+        default_args={**DEFAULT_ARGS, "retries": 2, "retry_delay": timedelta(seconds=30)},
+        tags=[*SUPERVISOR_TAGS, app_name],
+        doc_md=__doc__,
+    ) as dag:
+        wait_until_wanted = PythonSensor(
+            task_id="wait_until_wanted",
+            python_callable=app_is_wanted,
+            op_kwargs={"app": app_name},
+            mode="reschedule",
+            poke_interval=30,
+        )
+        run_app = StreamingAppOperator(
+            task_id="run_app",
+            app=app_name,
+            retries=SUPERVISOR_RETRIES,
+            retry_delay=timedelta(seconds=30),
+            retry_exponential_backoff=2.0,
+            max_retry_delay=timedelta(minutes=10),
+            retry_policy=SupervisorRetryPolicy(app_name),
+        )
+        wait_until_wanted >> run_app
+    globals()[dag.dag_id] = dag

@@ -1,0 +1,279 @@
+"""The local stack behind `make up` / `make down` / `make status`.
+
+Starts, each in its own process group with a pid file and a log under ``<data_root>/stack``: the
+Kafka broker; Airflow (api-server, scheduler, dag-processor, triggerer; SQLite, LocalExecutor with
+parallelism sized for 2 cores) with the streaming DAGs unpaused; a live generator at a modest rate;
+Prometheus with the alert rules, Alertmanager and the example webhook receiver when installed.
+`down` stops every group it started (children included), then the apps' drivers, then the broker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from stream_pipelines.config import APP_NAMES, PROJECT_ROOT, PipelineConfig
+
+AIRFLOW_PORT = 8080
+PROMETHEUS_PORT = 9090
+ALERTMANAGER_PORT = 9094
+WEBHOOK_PORT = 9095
+AIRFLOW_USER = "admin"
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    command: list[str]
+
+
+def stack_dir(config: PipelineConfig) -> Path:
+    return Path(config.data_path("control")).parent / "stack"
+
+
+def airflow_environment(config: PipelineConfig) -> dict[str, str]:
+    home = stack_dir(config) / "airflow"
+    bin_dir = str(Path(sys.executable).parent)
+    return {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        # 2 cores: a handful of task slots, not the 32 worker processes of the default.
+        "AIRFLOW__CORE__PARALLELISM": "6",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{AIRFLOW_USER}:admin",
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__PORT": str(AIRFLOW_PORT),
+        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{AIRFLOW_PORT}",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{AIRFLOW_PORT}/execution/",
+        "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+
+
+def components(config: PipelineConfig) -> list[Component]:
+    bin_dir = Path(sys.executable).parent
+    airflow = str(bin_dir / "airflow")
+    found = [
+        Component(
+            "airflow-api-server", [airflow, "api-server", "--host", "127.0.0.1", "--port", str(AIRFLOW_PORT)]
+        ),
+        Component("airflow-scheduler", [airflow, "scheduler"]),
+        Component("airflow-dag-processor", [airflow, "dag-processor"]),
+        Component("airflow-triggerer", [airflow, "triggerer"]),
+        Component(
+            "generator",
+            [
+                str(bin_dir / "pipelinectl"),
+                "produce",
+                "--realtime",
+                "--start",
+                "now",
+                "--duration",
+                "86400",
+                "--rate",
+                "5",
+                "--ad-rate",
+                "2",
+                "--seed",
+                "1",
+            ],
+        ),
+    ]
+    monitoring = PROJECT_ROOT / "monitoring"
+    prometheus = shutil.which("prometheus")
+    if prometheus:
+        found.append(
+            Component(
+                "prometheus",
+                [
+                    prometheus,
+                    f"--config.file={monitoring / 'prometheus.yml'}",
+                    f"--storage.tsdb.path={stack_dir(config) / 'prometheus'}",
+                    f"--web.listen-address=127.0.0.1:{PROMETHEUS_PORT}",
+                ],
+            )
+        )
+    alertmanager = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+    if alertmanager:
+        found.append(
+            Component(
+                "alertmanager",
+                [
+                    alertmanager,
+                    f"--config.file={monitoring / 'alertmanager.yml'}",
+                    f"--storage.path={stack_dir(config) / 'alertmanager'}",
+                    f"--web.listen-address=127.0.0.1:{ALERTMANAGER_PORT}",
+                    "--cluster.listen-address=",
+                ],
+            )
+        )
+        found.append(Component("webhook-receiver", [sys.executable, str(monitoring / "webhook_receiver.py")]))
+    return found
+
+
+def _pid_file(config: PipelineConfig, name: str) -> Path:
+    return stack_dir(config) / f"{name}.pid"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def _recorded_pid(config: PipelineConfig, name: str) -> int | None:
+    try:
+        return int(_pid_file(config, name).read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def up(config: PipelineConfig) -> int:
+    from stream_pipelines.broker import LocalBroker, ensure_topics
+
+    stack = stack_dir(config)
+    (stack / "logs").mkdir(parents=True, exist_ok=True)
+    print(LocalBroker(config).start().describe())
+    for topic, outcome in ensure_topics(config).items():
+        print(f"topic {topic}: {outcome}")
+    environment = airflow_environment(config)
+    migrate = subprocess.run(
+        [str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if migrate.returncode != 0:
+        print(migrate.stderr[-3000:], file=sys.stderr)
+        return 1
+    for component in components(config):
+        pid = _recorded_pid(config, component.name)
+        if pid and _alive(pid):
+            print(f"{component.name}: already running (pid {pid})")
+            continue
+        log = (stack / "logs" / f"{component.name}.log").open("ab")
+        process = subprocess.Popen(
+            component.command,
+            env=environment,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=PROJECT_ROOT,
+        )
+        _pid_file(config, component.name).write_text(str(process.pid))
+        print(
+            f"{component.name}: started (pid {process.pid}, log {stack / 'logs' / (component.name + '.log')})"
+        )
+    if not shutil.which("prometheus"):
+        print("prometheus: not installed (run `make test-deps`); metrics are still served by each app")
+    password = _wait_for_password(environment["AIRFLOW_HOME"])
+    login = password or f"see {environment['AIRFLOW_HOME']}/simple_auth_manager_passwords.json.generated"
+    print()
+    print(f"Airflow UI:     http://127.0.0.1:{AIRFLOW_PORT}  (login {AIRFLOW_USER} / {login})")
+    if shutil.which("prometheus"):
+        print(f"Prometheus:     http://127.0.0.1:{PROMETHEUS_PORT}")
+        print(f"Alertmanager:   http://127.0.0.1:{ALERTMANAGER_PORT}")
+    print("Streaming DAGs: supervise_raw_archive, supervise_sensor_aggregation, supervise_ad_matching")
+    print("Controls:       DAG pipeline_control (params app, action)")
+    print("`make status` shows what runs; `make down` stops everything.")
+    return 0
+
+
+def _wait_for_password(home: str, timeout_s: float = 90) -> str | None:
+    generated = Path(home) / "simple_auth_manager_passwords.json.generated"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if generated.exists():
+            try:
+                return json.loads(generated.read_text()).get(AIRFLOW_USER)
+            except json.JSONDecodeError:
+                pass
+        time.sleep(1)
+    return None
+
+
+def _stop_group(pid: int, timeout_s: float = 20) -> None:
+    try:
+        group = os.getpgid(pid)
+    except ProcessLookupError:
+        return
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(group, signum)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + timeout_s
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if not _alive(pid):
+            break
+
+
+def down(config: PipelineConfig) -> int:
+    from stream_pipelines.broker import LocalBroker
+    from stream_pipelines.control import running_app_pids
+
+    # Apps first, gracefully: Airflow would otherwise see their end as a crash and restart them.
+    names = [
+        "generator",
+        "airflow-scheduler",
+        "airflow-triggerer",
+        "airflow-dag-processor",
+        "airflow-api-server",
+        "webhook-receiver",
+        "alertmanager",
+        "prometheus",
+    ]
+    for name in names:
+        pid = _recorded_pid(config, name)
+        if pid and _alive(pid):
+            _stop_group(pid)
+            print(f"{name}: stopped (pid {pid})")
+        _pid_file(config, name).unlink(missing_ok=True)
+    for app in APP_NAMES:
+        for pid in running_app_pids(config, app):
+            parent = int(Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[1])
+            for target in (pid, parent):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(target, signal.SIGKILL)
+            print(f"{app}: driver stopped (pid {pid})")
+    print("broker: stopped" if LocalBroker(config).stop() else "broker: was not running")
+    return 0
+
+
+def status(config: PipelineConfig) -> int:
+    from stream_pipelines.broker import LocalBroker
+    from stream_pipelines.control import app_status, running_app_pids
+
+    print(LocalBroker(config).status().describe())
+    for component in components(config):
+        pid = _recorded_pid(config, component.name)
+        state = f"running (pid {pid})" if pid and _alive(pid) else "stopped"
+        print(f"{component.name}: {state}")
+    for app in APP_NAMES:
+        app_state = app_status(config, app, running_app_pids(config, app))
+        print(f"app {app}: {app_state.state} - {app_state.detail}")
+    return 0

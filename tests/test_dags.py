@@ -1,0 +1,76 @@
+"""DAG integrity: every DAG loads without errors, parses quickly, and follows the house policy."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+SCRIPT = """
+import json, sys, time
+from airflow.dag_processing.dagbag import DagBag
+started = time.monotonic()  # the DAG files themselves, not Airflow's own import
+bag = DagBag(sys.argv[1])
+elapsed = time.monotonic() - started
+dags = {}
+for dag_id, dag in bag.dags.items():
+    dags[dag_id] = {
+        "tags": sorted(dag.tags),
+        "tasks": {
+            t.task_id: {
+                "owner": t.owner,
+                "retries": t.retries,
+                "backoff": t.retry_exponential_backoff,
+                "max_retry_delay": t.max_retry_delay.total_seconds() if t.max_retry_delay else None,
+                "policy": type(getattr(t, "retry_policy", None)).__name__,
+            }
+            for t in dag.tasks
+        },
+        "max_active_runs": dag.max_active_runs,
+        "schedule": str(dag.schedule) if hasattr(dag, "schedule") else None,
+    }
+heavy = sorted(m for m in ("pyspark", "pandas", "great_expectations", "matplotlib") if m in sys.modules)
+print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "seconds": elapsed,
+                  "dags": dags, "heavy": heavy}))
+"""
+
+
+def load_bag(airflow_env):
+    import json
+
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT, airflow_env["AIRFLOW__CORE__DAGS_FOLDER"]],
+        env=airflow_env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_dags_load_without_errors_quickly_and_without_heavy_imports(airflow_env):
+    bag = load_bag(airflow_env)
+    assert bag["errors"] == {}
+    assert {
+        "supervise_raw_archive",
+        "supervise_sensor_aggregation",
+        "supervise_ad_matching",
+        "pipeline_control",
+    } <= set(bag["dags"])
+    assert bag["seconds"] < 5, f"parsing the DAG folder took {bag['seconds']:.1f}s"
+    assert bag["heavy"] == [], f"DAG parsing imported {bag['heavy']}"
+
+
+def test_policy_owner_tags_retries_and_backoff(airflow_env):
+    bag = load_bag(airflow_env)
+    for dag_id, dag in bag["dags"].items():
+        assert dag["tags"], f"{dag_id} has no tags"
+        for task_id, task in dag["tasks"].items():
+            assert task["owner"] and task["owner"] != "airflow", f"{dag_id}.{task_id} has no owner"
+            assert task["retries"] is not None, f"{dag_id}.{task_id} has no retries setting"
+    for app in ("raw_archive", "sensor_aggregation", "ad_matching"):
+        supervisor = bag["dags"][f"supervise_{app}"]
+        assert supervisor["max_active_runs"] == 1
+        run_app = supervisor["tasks"]["run_app"]
+        assert run_app["retries"] > 0 and run_app["backoff"] and run_app["backoff"] > 1
+        assert run_app["max_retry_delay"] and run_app["max_retry_delay"] > 0
+        assert run_app["policy"] == "SupervisorRetryPolicy"
