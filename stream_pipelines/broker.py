@@ -18,6 +18,7 @@ from pathlib import Path
 
 from stream_pipelines import jvm
 from stream_pipelines.config import PipelineConfig, TopicSettings
+from stream_pipelines.processes import alive as _alive
 
 LISTEN_HOST = "127.0.0.1"
 
@@ -287,23 +288,3 @@ def _port_is_free(port: int) -> bool:
         except OSError:
             return False
     return True
-
-
-def _alive(pid: int) -> bool:
-    try:
-        waited, _ = os.waitpid(pid, os.WNOHANG)
-        if waited == pid:
-            return False
-    except ChildProcessError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie still answers kill(0); /proc tells whether it has exited.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except (FileNotFoundError, IndexError):
-        return True

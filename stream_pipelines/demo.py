@@ -1,148 +1,331 @@
-"""`make demo`: a scripted scenario on the embedded local default, with a summary of what happened.
+"""`make demo`: the whole pipeline on the embedded local default, under Airflow, with a summary.
 
-It runs in its own data root (data/demo) against its own broker ports, so it never disturbs a
-`make up` stack, and starts from scratch each time so that its numbers are reproducible.
+Scenario: a fresh broker; 20 minutes of sensor and ad events ending now, with late (inside and
+beyond the watermark), duplicate, bursty and malformed records; the three supervisor DAGs run by real
+Airflow (`dag.test()`, one process each) launching the apps with spark-submit; sensor_aggregation is
+killed with kill -9 mid-stream and Airflow restarts it from its checkpoint; once every app has caught
+up, each is stopped gracefully through the same control path the UI uses. Then it prints what
+happened and where the outputs are.
+
+It runs in its own data root (data/demo) against its own ports, so it never disturbs a `make up`
+stack, and starts from scratch each time so that its numbers are reproducible.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+import urllib.request
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from stream_pipelines.config import PROJECT_ROOT, PipelineConfig, load_config
+from stream_pipelines.config import APP_NAMES, PROJECT_ROOT, PipelineConfig, load_config
 
+DEMO_ROOT = PROJECT_ROOT / "data" / "demo"
 DEMO_OVERRIDES = (
-    f"paths.data_root={PROJECT_ROOT / 'data' / 'demo'}",
+    f"paths.data_root={DEMO_ROOT}",
     "broker.port=9192",
     "broker.controller_port=9193",
     "kafka.bootstrap_servers=127.0.0.1:9192",
-    "kafka.max_offsets_per_trigger=2000",
+    "kafka.max_offsets_per_trigger=3000",
     "archive.trigger=2 seconds",
+    "sensors.trigger=2 seconds",
+    "ads.trigger=2 seconds",
+    "supervision.retry_delay=2 seconds",
+    "supervision.max_retry_delay=10 seconds",
+    "metrics.ports={raw_archive: 9491, sensor_aggregation: 9492, ad_matching: 9493}",
 )
+KILLED_APP = "sensor_aggregation"
 
 
 def say(message: str) -> None:
-    print(f"==> {message}", flush=True)
+    print(f"\n==> {message}", flush=True)
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    raise SystemExit(f"demo: timed out after {timeout_s:.0f}s waiting for {what}; logs are in {DEMO_ROOT}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     overrides = [*DEMO_OVERRIDES, *(argv or [])]
     config = load_config("local", overrides)
-    root = Path(config.project_path(config.paths.data_root))
 
     from stream_pipelines import generator
     from stream_pipelines.broker import LocalBroker, ensure_topics
 
     broker = LocalBroker(config)
     broker.stop()
-    shutil.rmtree(root, ignore_errors=True)
-    say(f"starting a fresh local Kafka broker (KRaft) on {broker.bootstrap}, data in {root}")
+    shutil.rmtree(DEMO_ROOT, ignore_errors=True)
+    say(f"a fresh Kafka broker (KRaft, Maven Central jars) on {broker.bootstrap}; data in {DEMO_ROOT}")
     broker.start()
+    supervisors: dict[str, subprocess.Popen] = {}
     try:
         ensure_topics(config)
+        start = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=20)
         spec = generator.ScenarioSpec(
             seed=42,
-            duration_s=900,
-            sensor_rate=20,
-            ad_rate=10,
+            start=start,
+            duration_s=1200,
+            sensor_rate=15,
+            ad_rate=8,
             mix=generator.DelayMix(burst_share=0.1),
             match_interval_s=config.ads.match_interval.seconds,
         )
         records = generator.generate(spec)
-        say(f"producing {len(records)} events (15 minutes of event time, seed {spec.seed})")
         generator.produce_to_kafka(records, config.kafka.bootstrap_servers)
         summary = generator.summarize(records)
+        say(f"produced {len(records)} events (20 minutes of event time ending now, seed {spec.seed})")
         for name, count in sorted(summary.items()):
             if name.startswith("kind:"):
                 print(f"    {name[5:]:<28} {count:>7}")
 
-        archive_rows = _run_raw_archive_with_a_crash(config, overrides)
-        _report(config, records, archive_rows)
+        airflow_env = _airflow_environment(overrides)
+        say("Airflow: migrating a SQLite metadata DB, then running the three supervisor DAGs (dag.test)")
+        subprocess.run(
+            [str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
+            env=airflow_env,
+            check=True,
+            capture_output=True,
+        )
+        for app in APP_NAMES:
+            supervisors[app] = _start_supervisor(app, airflow_env)
+        restart_seconds = _kill_and_measure_restart(config)
+        say("waiting for every app to catch up with the topics")
+        wait_for(lambda: _caught_up(config, records), 900, "the apps to catch up")
+        time.sleep(3)  # one more trigger, so the last watermark closes what it can
+        metrics = {app: _scrape(config, app) for app in APP_NAMES}
+
+        say("stopping the apps gracefully (pipeline_control action=stop): drain, commit, exit 0")
+        from stream_pipelines.control import apply_action
+
+        for app in APP_NAMES:
+            apply_action(config, app, "stop", by="demo", reason="end of the demo")
+        for app, process in supervisors.items():
+            process.wait(300)
+            print(f"    {app}: supervisor run {_dag_state(app)}")
+        _report(config, records, metrics, restart_seconds)
     finally:
+        for process in supervisors.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
         broker.stop()
     return 0
 
 
-def _run_raw_archive_with_a_crash(config: PipelineConfig, overrides: list[str]) -> int:
-    from stream_pipelines.submit import spark_submit_command, submit_environment
+def _airflow_environment(overrides: Sequence[str]) -> dict[str, str]:
+    environment = {
+        **os.environ,
+        "AIRFLOW_HOME": str(DEMO_ROOT / "airflow"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    for item in overrides:
+        key, _, value = item.partition("=")
+        environment["PIPELINE__" + key.replace(".", "__").upper()] = value
+    return environment
 
-    checkpoint = Path(config.checkpoint_dir("raw_archive", "archive"))
-    say("running raw_archive (spark-submit, continuous trigger) and killing it with kill -9 mid-batch")
-    process = subprocess.Popen(
-        spark_submit_command(config, "raw_archive", "processing", overrides),
-        env=submit_environment(),
+
+def _start_supervisor(app: str, environment: dict[str, str]) -> subprocess.Popen:
+    script = (
+        "from airflow.dag_processing.dagbag import DagBag\n"
+        f"run = DagBag({str(PROJECT_ROOT / 'dags')!r}).get_dag('supervise_{app}').test()\n"
+        "print('DAG RUN STATE', run.state, flush=True)\n"
+    )
+    log = (DEMO_ROOT / f"supervise_{app}.log").open("w")
+    print(f"    supervise_{app}: log in {DEMO_ROOT / f'supervise_{app}.log'}")
+    return subprocess.Popen(
+        [sys.executable, "-c", script],
+        env=environment,
+        stdout=log,
+        stderr=subprocess.STDOUT,
         start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
     )
-    killed_batch = None
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and process.poll() is None:
-        offsets = {int(p.name) for p in (checkpoint / "offsets").glob("[0-9]*")}
-        commits = {int(p.name) for p in (checkpoint / "commits").glob("[0-9]*")}
-        pending = offsets - commits
-        if commits and pending:
-            killed_batch = max(pending)
-            os.killpg(process.pid, signal.SIGKILL)
-            break
-        time.sleep(0.02)
-    process.wait()
-    if killed_batch is None:
-        raise SystemExit("demo: the archive app ended before a batch could be interrupted; see data/demo")
-    print(f"    killed the driver during batch {killed_batch} (offsets logged, not committed)")
 
-    say("restarting raw_archive from its checkpoint (available-now: drain, then exit)")
-    started = time.monotonic()
-    resumed = subprocess.run(
-        spark_submit_command(config, "raw_archive", "available-now", overrides),
-        env=submit_environment(),
-        capture_output=True,
-        text=True,
-        check=False,
+
+def _committed(config: PipelineConfig, app: str, query: str) -> list[int]:
+    return sorted(int(p.name) for p in (Path(config.checkpoint_dir(app, query)) / "commits").glob("[0-9]*"))
+
+
+def _kill_and_measure_restart(config: PipelineConfig) -> float:
+    running = Path(config.data_path("control")) / f"{KILLED_APP}.running.json"
+    wait_for(
+        lambda: len(_committed(config, KILLED_APP, "tumbling")) >= 3, 600, f"{KILLED_APP} to commit batches"
     )
-    if resumed.returncode != 0:
-        sys.stderr.write(resumed.stderr[-4000:])
-        raise SystemExit(f"demo: raw_archive failed after the restart (exit {resumed.returncode})")
-    print(f"    resumed at batch {killed_batch} and drained the topics in {time.monotonic() - started:.0f}s")
-    return killed_batch
+    pid = json.loads(running.read_text())["pid"]
+    last = _committed(config, KILLED_APP, "tumbling")[-1]
+    say(f"kill -9 {KILLED_APP}'s driver (pid {pid}) after batch {last}")
+    killed_at = time.monotonic()
+    os.kill(pid, signal.SIGKILL)
+    wait_for(
+        lambda: _committed(config, KILLED_APP, "tumbling")[-1] > last + 1,
+        600,
+        f"Airflow to restart {KILLED_APP}",
+    )
+    seconds = time.monotonic() - killed_at
+    print(f"    Airflow restarted it from its checkpoint; next committed batch {seconds:.0f}s after the kill")
+    return seconds
 
 
-def _report(config: PipelineConfig, records: list, killed_batch: int) -> None:
-    from pyspark.sql import functions as F
+def _caught_up(config: PipelineConfig, records: list) -> bool:
+    from confluent_kafka import Consumer, TopicPartition
 
-    from stream_pipelines.parsing import CLICK, IMPRESSION, SENSOR_READING, parse_events, quarantined_events
+    consumer = Consumer({**config.kafka_client_config(), "group.id": "demo-progress"})
+    try:
+        ends = {}
+        for topic in config.kafka.topics.inputs():
+            for partition in range(topic.partitions):
+                ends[(topic.name, str(partition))] = consumer.get_watermark_offsets(
+                    TopicPartition(topic.name, partition), timeout=10
+                )[1]
+    finally:
+        consumer.close()
+    queries = {
+        "raw_archive": ["archive"],
+        "sensor_aggregation": ["tumbling", "sliding"],
+        "ad_matching": ["matches"],
+    }
+    for app, names in queries.items():
+        for query in names:
+            commits = _committed(config, app, query)
+            if not commits:
+                return False
+            lines = (
+                (Path(config.checkpoint_dir(app, query)) / "offsets" / str(commits[-1]))
+                .read_text()
+                .splitlines()
+            )
+            done = {}
+            for line in lines[2:]:
+                for topic, partitions in json.loads(line).items():
+                    for partition, offset in partitions.items():
+                        done[(topic, partition)] = offset
+            if any(done.get(key, -1) < end for key, end in ends.items() if key[0] in _topics_of(config, app)):
+                return False
+    return True
+
+
+def _topics_of(config: PipelineConfig, app: str) -> set[str]:
+    topics = config.kafka.topics
+    return {
+        "raw_archive": {t.name for t in topics.inputs()},
+        "sensor_aggregation": {topics.sensors.name},
+        "ad_matching": {topics.impressions.name, topics.clicks.name},
+    }[app]
+
+
+def _scrape(config: PipelineConfig, app: str) -> dict[str, float]:
+    """The app's own Prometheus endpoint, summed over label sets per metric name."""
+    url = f"http://{config.metrics.host}:{config.metrics.ports[app]}/metrics"
+    totals: dict[str, float] = {}
+    try:
+        text = urllib.request.urlopen(url, timeout=5).read().decode()
+    except OSError:
+        return totals
+    for line in text.splitlines():
+        match = re.match(r"^(pipeline_[a-z_]+)(\{[^}]*\})? ([-+0-9.eEinfNa]+)$", line)
+        if match:
+            name, labels, value = match.groups()
+            key = name if name != "pipeline_watermark_lag_seconds" else f"{name}{labels or ''}"
+            totals[key] = totals.get(key, 0.0) + float(value)
+    return totals
+
+
+def _dag_state(app: str) -> str:
+    log = (DEMO_ROOT / f"supervise_{app}.log").read_text(errors="replace")
+    match = re.search(r"DAG RUN STATE (\w+)", log)
+    return match.group(1) if match else "(no final state logged)"
+
+
+def _report(
+    config: PipelineConfig, records: list, metrics: dict[str, dict[str, float]], restart_s: float
+) -> None:
     from stream_pipelines.runtime import get_spark
 
     spark = get_spark(config, "demo-report")
-    archive = spark.read.parquet(config.data_path("archive"))
-    total = archive.count()
-    distinct = archive.select("topic", "partition", "offset").distinct().count()
-    say("what happened")
-    print(f"    events produced                {len(records):>7}")
-    print(f"    rows in the raw archive        {total:>7}  ({distinct} distinct Kafka coordinates)")
-    print(f"    exactly once after kill -9     {'yes' if total == distinct == len(records) else 'NO'}")
+    spark.sparkContext.setLogLevel("ERROR")
+    by_topic: dict[str, int] = {}
+    for record in records:
+        by_topic[record.topic] = by_topic.get(record.topic, 0) + 1
     topics = config.kafka.topics
-    for event_type, topic in (
-        (SENSOR_READING, topics.sensors),
-        (IMPRESSION, topics.impressions),
-        (CLICK, topics.clicks),
+
+    def rows(path: str) -> int:
+        try:
+            return spark.read.parquet(path).count()
+        except Exception:
+            return 0
+
+    say("what happened")
+    archive = spark.read.parquet(config.data_path("archive"))
+    distinct = archive.select("topic", "partition", "offset").distinct().count()
+    print(
+        f"    raw_archive         in {len(records):>7}   archived {archive.count():>7} "
+        f"({distinct} distinct coordinates: {'exactly once' if distinct == len(records) else 'MISMATCH'})"
+    )
+    quarantine = config.data_path("quarantine")
+    print(
+        f"    sensor_aggregation  in {by_topic.get(topics.sensors.name, 0):>7}   "
+        f"tumbling windows {rows(config.output_dir('sensor_windows')):>5}   "
+        f"quarantined {rows(f'{quarantine}/sensor_aggregation'):>4}"
+    )
+    ad_events = by_topic.get(topics.impressions.name, 0) + by_topic.get(topics.clicks.name, 0)
+    print(
+        f"    ad_matching         in {ad_events:>7}   "
+        f"matches {rows(config.output_dir('ad_matches')):>5}   "
+        f"CTR rows {rows(config.output_dir('ad_ctr')):>4}   "
+        f"quarantined {rows(f'{quarantine}/ad_matching'):>4}"
+    )
+    late_within = sum(r.kind == "late_within" for r in records)
+    late_beyond = sum(r.kind == "late_beyond" for r in records)
+    print(f"    late events sent: {late_within} inside the watermark, {late_beyond} beyond it")
+    for app in ("sensor_aggregation", "ad_matching"):
+        values = metrics.get(app, {})
+        lags = [v for k, v in values.items() if k.startswith("pipeline_watermark_lag_seconds")]
+        dropped = values.get("pipeline_late_rows_dropped_total", 0)
+        print(
+            f"    {app}: rows dropped by the watermark {dropped:.0f}, "
+            f"quarantined {values.get('pipeline_quarantined_rows_total', 0):.0f}, "
+            f"watermark lag now {max(lags) if lags else float('nan'):.0f}s "
+            f"(from its Prometheus endpoint)"
+        )
+    say("restarts and resume points (from the supervisor task logs)")
+    print(f"    {KILLED_APP}: killed with -9; next committed batch {restart_s:.0f}s after the kill")
+    for app in APP_NAMES:
+        log = (DEMO_ROOT / f"supervise_{app}.log").read_text(errors="replace")
+        for line in log.splitlines():
+            if "restart" in line and "from its checkpoint" in line:
+                print(f"    {app}: {line.split('reason=')[-1].strip()[:160]}")
+            if "last committed batch" in line.lower():
+                print(f"    {app}: resume point: {line.strip()[:160]}")
+    say("where the outputs are")
+    for label, path in (
+        ("raw archive", config.data_path("archive")),
+        ("sensor windows", config.output_dir("sensor_windows")),
+        ("ad matches", config.output_dir("ad_matches")),
+        ("ad CTR", config.output_dir("ad_ctr")),
+        ("quarantine", quarantine),
+        ("checkpoints", config.data_path("checkpoints")),
+        ("supervisor logs", str(DEMO_ROOT)),
     ):
-        raw = archive.where(F.col("topic") == topic.name)
-        bad = quarantined_events(parse_events(raw, event_type, config.quality), event_type)
-        by_reason = {
-            row["kind"]: row["count"]
-            for row in bad.select(F.split("reason", ":")[0].alias("kind")).groupBy("kind").count().collect()
-        }
-        detail = ", ".join(f"{k}={v}" for k, v in sorted(by_reason.items())) or "none"
-        print(f"    {topic.name:<14} quarantined    {sum(by_reason.values()):>7}  ({detail})")
-    print(f"    archive                        {config.data_path('archive')}")
-    print(f"    checkpoint                     {config.checkpoint_dir('raw_archive', 'archive')}")
+        print(f"    {label:<16} {path}")
+    print(
+        f"    {'live averages':<16} Kafka topic {topics.sliding_averages.name} "
+        f"on {config.kafka.bootstrap_servers}"
+    )
     spark.stop()
 
 

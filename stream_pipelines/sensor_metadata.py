@@ -42,6 +42,13 @@ class SensorMetadataError(RuntimeError):
 
 def read_metadata_rows(path: str) -> list[tuple[str, str | None, str | None, int | None, str | None]]:
     """The metadata file as rows of SENSOR_METADATA_SCHEMA, one per sensor_id."""
+    if path.startswith("file://"):
+        path = path.removeprefix("file://")
+    elif "://" in path:
+        raise SensorMetadataError(
+            f"sensor metadata at {path}: Python workers read it with open(), so it must be a local or "
+            "mounted path (or file://...), not an object-store URI"
+        )
     try:
         handle = open(path, newline="", encoding="utf-8")  # noqa: SIM115 - closed below
     except FileNotFoundError:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stream_pipelines.config import APP_NAMES, PROJECT_ROOT, PipelineConfig
+from stream_pipelines.processes import alive as _alive
+from stream_pipelines.processes import stop_process_group
 
 AIRFLOW_PORT = 8080
 PROMETHEUS_PORT = 9090
@@ -129,19 +131,6 @@ def _pid_file(config: PipelineConfig, name: str) -> Path:
     return stack_dir(config) / f"{name}.pid"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except (FileNotFoundError, IndexError):
-        return False
-
-
 def _recorded_pid(config: PipelineConfig, name: str) -> int | None:
     try:
         return int(_pid_file(config, name).read_text().strip())
@@ -215,23 +204,6 @@ def _wait_for_password(home: str, timeout_s: float = 90) -> str | None:
     return None
 
 
-def _stop_group(pid: int, timeout_s: float = 20) -> None:
-    try:
-        group = os.getpgid(pid)
-    except ProcessLookupError:
-        return
-    for signum in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(group, signum)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + timeout_s
-        while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if not _alive(pid):
-            break
-
-
 def down(config: PipelineConfig) -> int:
     from stream_pipelines.broker import LocalBroker
     from stream_pipelines.control import running_app_pids
@@ -250,7 +222,7 @@ def down(config: PipelineConfig) -> int:
     for name in names:
         pid = _recorded_pid(config, name)
         if pid and _alive(pid):
-            _stop_group(pid)
+            stop_process_group(pid)
             print(f"{name}: stopped (pid {pid})")
         _pid_file(config, name).unlink(missing_ok=True)
     for app in APP_NAMES:
