@@ -7,7 +7,7 @@ export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(BIN)/python
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: help setup lock demo test test-deps up down status test-fast lint format broker-start broker-stop broker-status bench-ingest clean
+.PHONY: help setup lock demo test test-deps up down status standalone-start standalone-stop standalone-status test-fast lint format broker-start broker-stop broker-status bench-ingest clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -51,6 +51,15 @@ down:  ## stop everything `make up` started, children included
 
 status:  ## what runs, and each app's state (running, stopped, paused, crash-looping)
 	$(BIN)/pipelinectl status
+
+standalone-start: setup  ## a Spark standalone master + worker on localhost (then --set spark.master=spark://127.0.0.1:7077)
+	$(BIN)/python -m stream_pipelines.standalone start
+
+standalone-stop:
+	$(BIN)/python -m stream_pipelines.standalone stop
+
+standalone-status:
+	$(BIN)/python -m stream_pipelines.standalone status
 
 bench-ingest: setup  ## ingest benchmark: Kafka->noop, ->parse, ->archive vs kafka-consumer-perf-test
 	$(BIN)/python -m stream_pipelines.benchmarks.ingest

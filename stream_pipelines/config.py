@@ -155,9 +155,27 @@ class Topics(_Section):
         return [*self.inputs(), self.sliding_averages]
 
 
+def _starting_offsets(value: object) -> str:
+    """earliest, latest, or per-partition offsets (a mapping, or its JSON text) as Spark takes them."""
+    import json
+
+    if isinstance(value, dict):
+        return json.dumps(value)
+    if isinstance(value, str) and value not in ("earliest", "latest"):
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            raise ValueError(
+                f"expected earliest, latest or a JSON object of topic -> partition -> offset, got {value!r}"
+            )
+    return value
+
+
 class KafkaSettings(_Section):
     bootstrap_servers: str = Field(min_length=1)
-    starting_offsets: str = "earliest"
+    starting_offsets: Annotated[str, BeforeValidator(_starting_offsets)] = "earliest"
     max_offsets_per_trigger: int | None = Field(50_000, ge=1)
     fail_on_data_loss: bool = True
     # Client properties passed to Spark as kafka.<name> and to the producer/admin clients as <name>:
@@ -387,8 +405,16 @@ def load_config(
         raise ConfigError(_describe(error, source)) from None
 
 
+# Sections whose keys are themselves dotted (Spark and Kafka property names): everything after the
+# section is one key, so `--set spark.extra_conf.spark.executor.memory=1g` does what it says.
+_PROPERTY_SECTIONS = (("spark", "extra_conf"), ("kafka", "client_properties"))
+
+
 def _apply_override(raw: dict[str, Any], dotted: str, text: str, *, origin: str) -> None:
     keys = dotted.split(".")
+    for section in _PROPERTY_SECTIONS:
+        if tuple(keys[: len(section)]) == section and len(keys) > len(section):
+            keys = [*section, ".".join(keys[len(section) :])]
     node = raw
     for key in keys[:-1]:
         child = node.setdefault(key, {})

@@ -106,3 +106,13 @@ def test_malformed_set_argument_is_explained():
 
 def test_every_value_can_be_overridden_through_a_section_that_is_a_value():
     assert "is a value, not a section" in error_for("env.name=x")
+
+
+def test_spark_and_kafka_property_names_keep_their_dots():
+    config = load_config(
+        "local",
+        ["spark.extra_conf.spark.executor.memory=3g", "kafka.client_properties.security.protocol=SSL"],
+        environ={},
+    )
+    assert config.spark.extra_conf["spark.executor.memory"] == "3g"
+    assert config.kafka.client_properties["security.protocol"] == "SSL"

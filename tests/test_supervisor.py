@@ -1,0 +1,143 @@
+"""The supervisor DAGs under real Airflow (dag.test()) with real spark-submit runs of the apps.
+
+- kill -9 of the running driver: Airflow restarts the app from the same checkpoint; it resumes at a
+  later batch id and the output is exact;
+- a crash loop trips the guard, which stops restarts and says why;
+- a graceful stop exits 0 and is not restarted as a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import uuid
+from pathlib import Path
+
+import pytest
+
+from stream_pipelines import generator
+from stream_pipelines.broker import ensure_topics
+from stream_pipelines.control import apply_action
+from tests.conftest import make_overrides_config, start_dag_test, wait_for
+
+pytestmark = [pytest.mark.broker, pytest.mark.slow]
+
+
+def committed(checkpoint: Path) -> list[int]:
+    return sorted(int(p.name) for p in (checkpoint / "commits").glob("[0-9]*"))
+
+
+def finish(process, log: Path, timeout: float = 300) -> str:
+    try:
+        process.wait(timeout)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    return log.read_text()
+
+
+@pytest.fixture
+def archive_setup(broker, make_overrides):
+    suffix = uuid.uuid4().hex[:6]
+    overrides = make_overrides(
+        f"kafka.topics.sensors.name=sensors-{suffix}",
+        f"kafka.topics.impressions.name=impressions-{suffix}",
+        f"kafka.topics.clicks.name=clicks-{suffix}",
+        "kafka.max_offsets_per_trigger=200",
+        "archive.trigger=1 seconds",
+        "supervision.retry_delay=1 seconds",
+        "supervision.max_retry_delay=5 seconds",
+    )
+    config = make_overrides_config(overrides)
+    ensure_topics(config)
+    spec = generator.ScenarioSpec(
+        seed=21,
+        duration_s=300,
+        sensor_rate=10,
+        ad_rate=3,
+        topics=generator.TopicNames(f"sensors-{suffix}", f"impressions-{suffix}", f"clicks-{suffix}"),
+    )
+    records = generator.generate(spec)
+    generator.produce_to_kafka(records, config.kafka.bootstrap_servers)
+    return overrides, config, records
+
+
+def test_kill_minus_nine_is_healed_from_the_checkpoint(spark, airflow_env, archive_setup, tmp_path):
+    overrides, config, records = archive_setup
+    checkpoint = Path(config.checkpoint_dir("raw_archive", "archive"))
+    running = Path(config.data_path("control")) / "raw_archive.running.json"
+    log = tmp_path / "dag_test.log"
+    supervisor = start_dag_test(airflow_env, "supervise_raw_archive", overrides, log)
+    try:
+        wait_for(lambda: len(committed(checkpoint)) >= 2, 240, "the first committed batches")
+        first_driver = json.loads(running.read_text())["pid"]
+        before_kill = committed(checkpoint)[-1]
+        os.kill(first_driver, signal.SIGKILL)
+
+        def restarted() -> bool:
+            record = json.loads(running.read_text()) if running.exists() else {}
+            return record.get("pid") not in (None, first_driver)
+
+        wait_for(restarted, 180, "Airflow to start the app again")
+        wait_for(lambda: committed(checkpoint)[-1] > before_kill, 180, "a batch committed after the restart")
+        # Let it drain the topics, then stop it the way an operator would.
+        wait_for(lambda: archive_count(spark, config) == len(records), 240, "the archive to catch up")
+        apply_action(config, "raw_archive", "stop", by="test", reason="end of test")
+        output = finish(supervisor, log)
+    finally:
+        if supervisor.poll() is None:
+            os.killpg(supervisor.pid, signal.SIGKILL)
+    assert "DAG RUN STATE success" in output, output[-3000:]
+    assert "restart 1 within the window, from its checkpoint" in output
+    assert "checkpoint preflight for raw_archive" in output and "last committed batch" in output
+    archive = spark.read.parquet(config.data_path("archive"))
+    assert archive.count() == len(records)
+    assert archive.select("topic", "partition", "offset").distinct().count() == len(records)
+    restarts = json.loads((Path(config.data_path("control")) / "raw_archive.restarts.json").read_text())
+    assert restarts, "the restart counter was fed"
+
+
+def archive_count(spark, config) -> int:
+    try:
+        return spark.read.parquet(config.data_path("archive")).count()
+    except Exception:  # not written yet
+        return -1
+
+
+def test_crash_loop_guard_stops_restarts_and_says_why(airflow_env, archive_setup, tmp_path):
+    overrides, config, _ = archive_setup
+    # A starting offset for a topic the query does not read makes every start fail at once.
+    crashing = [
+        *overrides,
+        'kafka.starting_offsets={"no-such-topic": {"0": 0}}',
+        "supervision.max_restarts=2",
+    ]
+    log = tmp_path / "dag_test.log"
+    output = finish(start_dag_test(airflow_env, "supervise_raw_archive", crashing, log), log, 600)
+    assert "DAG RUN STATE failed" in output, output[-3000:]
+    assert "raw_archive is crash-looping: 2 restarts within 1:00:00 (limit 2)" in output
+    marker = json.loads((Path(config.data_path("control")) / "raw_archive.crashloop.json").read_text())
+    assert "Restarts stopped" in marker["reason"]
+    history = json.loads((Path(config.data_path("control")) / "raw_archive.restart_history.json").read_text())
+    assert len(history["restarts"]) == 2
+
+
+def test_graceful_stop_is_not_restarted_as_a_crash(airflow_env, archive_setup, tmp_path):
+    overrides, config, _ = archive_setup
+    checkpoint = Path(config.checkpoint_dir("raw_archive", "archive"))
+    log = tmp_path / "dag_test.log"
+    supervisor = start_dag_test(airflow_env, "supervise_raw_archive", overrides, log)
+    try:
+        wait_for(lambda: len(committed(checkpoint)) >= 1, 240, "the first committed batch")
+        apply_action(config, "raw_archive", "stop", by="test", reason="maintenance")
+        output = finish(supervisor, log)
+    finally:
+        if supervisor.poll() is None:
+            os.killpg(supervisor.pid, signal.SIGKILL)
+    assert "DAG RUN STATE success" in output, output[-3000:]
+    assert "exited 0 (deliberate stop): not a crash, no restart" in output
+    assert not (Path(config.data_path("control")) / "raw_archive.restart_history.json").exists()
+    exit_state = json.loads((Path(config.data_path("control")) / "raw_archive.exit.json").read_text())
+    assert exit_state["status"] == "stopped"
