@@ -6,6 +6,9 @@
     pipelinectl produce ...                    generate events to Kafka or to JSON-lines files
     pipelinectl run APP [--trigger ...]        run a streaming app through spark-submit
     pipelinectl stop APP                       ask a running app to stop gracefully (drain, commit, exit 0)
+    pipelinectl checkpoint inspect APP         the resume point and health of an app's checkpoints
+    pipelinectl checkpoint reset APP --from committed|offsets|time [--query Q] [--offsets JSON]
+                [--time ISO] --confirm APP     a new checkpoint from those offsets (state is lost)
     pipelinectl control APP ACTION             stop|start|restart|pause|resume, as the pipeline_control DAG
     pipelinectl status | up | down             the local stack (make status / up / down)
     pipelinectl demo                           the scripted end-to-end scenario (make demo)
@@ -105,6 +108,15 @@ def _build_parser() -> argparse.ArgumentParser:
 
     stop = command("stop", _stop, "ask a running app to stop after its current batch")
     stop.add_argument("app", choices=APP_NAMES)
+
+    from stream_pipelines.checkpoints import add_cli_arguments
+
+    checkpoint = command(
+        "checkpoint",
+        _checkpoint,
+        "show an app's checkpoints and resume point, or reset them (asks to confirm)",
+    )
+    add_cli_arguments(checkpoint)
 
     control = command("control", _control, "operator actions, as the pipeline_control DAG does them")
     control.add_argument("app", choices=APP_NAMES)
@@ -281,6 +293,14 @@ def _stop(config: PipelineConfig, args: argparse.Namespace) -> int:
 
     print(apply_action(config, args.app, "stop", by="pipelinectl", reason="pipelinectl stop"))
     return 0
+
+
+def _checkpoint(config: PipelineConfig, args: argparse.Namespace) -> int:
+    from stream_pipelines import checkpoints
+
+    if args.action == "inspect":
+        return checkpoints.cli_inspect(config, args.app, as_json=args.json)
+    return checkpoints.cli_reset(config, args.app, args)
 
 
 def _control(config: PipelineConfig, args: argparse.Namespace) -> int:

@@ -54,11 +54,10 @@ class SupervisorRetryPolicy(RetryPolicy):
 
         config = _config()
         settings = config.supervision
-        cause = (
-            str(exception).strip().splitlines()[-1][:300]
-            if str(exception).strip()
-            else type(exception).__name__
-        )
+        cause = _describe_crash(exception)
+        exit_code = _exit_code(exception)
+        if exit_code in _NOT_RETRIED_EXIT_CODES:
+            return RetryDecision.fail(reason=f"{self.app}: {cause}: {_NOT_RETRIED_EXIT_CODES[exit_code]}")
         try:
             restarts = record_restart_attempt(
                 config,
@@ -87,6 +86,38 @@ class SupervisorRetryPolicy(RetryPolicy):
     @classmethod
     def deserialize(cls, data: dict[str, Any]) -> SupervisorRetryPolicy:
         return cls(data["app"])
+
+
+# Exits that a restart cannot fix: a person has to act, so they fail at once instead of looping.
+_NOT_RETRIED_EXIT_CODES = {
+    2: "the configuration is invalid (see the message above)",
+    4: "the checkpoint preflight refused to start (see the message above)",
+}
+
+
+# Exits that a restart cannot fix: a person has to act, so they fail at once instead of looping.
+_NOT_RETRIED_EXIT_CODES = {
+    2: "the configuration is invalid (see the message above)",
+    4: "the checkpoint preflight refused to start (see the message above)",
+}
+
+
+def _exit_code(exception: BaseException) -> int | None:
+    import re
+
+    match = re.search(r"Error code is: (-?\d+)", str(exception))
+    return int(match.group(1)) if match else None
+
+
+def _describe_crash(exception: BaseException) -> str:
+    """A short cause: the hook's message quotes the whole spark-submit command line."""
+    number = _exit_code(exception)
+    if number is not None:
+        killed = f", killed by signal {-number}" if number < 0 else ""
+        return f"spark-submit exited with code {number}{killed}"
+    text = str(exception).strip()
+    first_line = text.splitlines()[0] if text else type(exception).__name__
+    return first_line[:200]
 
 
 class StreamingAppOperator(SparkSubmitOperator):
@@ -186,3 +217,33 @@ def status_table() -> str:
 
 def dags_folder() -> Path:
     return PROJECT_ROOT / "dags"
+
+
+def reset_checkpoint(params: dict[str, Any]) -> str:
+    """The checkpoint_reset DAG's task: refuses unless the app is stopped and the name is typed to confirm."""
+    from airflow.exceptions import AirflowFailException
+
+    from stream_pipelines.checkpoints import CheckpointError, parse_offsets_argument, parse_reset_time, reset
+    from stream_pipelines.control import desired_state, running_app_pids
+
+    config = _config()
+    app = params["app"]
+    if running_app_pids(config, app) or desired_state(config, app)["desired"] != "stopped":
+        raise AirflowFailException(
+            f"{app} must be stopped first: trigger pipeline_control with app={app}, action=stop, "
+            "wait for its supervisor run to finish, then reset"
+        )
+    try:
+        result = reset(
+            config,
+            app,
+            params.get("query") or "all",
+            from_=params["start_from"],
+            offsets=parse_offsets_argument(params["offsets"]) if params.get("offsets") else None,
+            timestamp_ms=parse_reset_time(params["time"]) if params.get("time") else None,
+            confirm=params.get("confirm"),
+        )
+    except (CheckpointError, ValueError) as error:
+        raise AirflowFailException(str(error)) from None
+    print(result.describe(), flush=True)
+    return result.describe()

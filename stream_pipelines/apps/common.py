@@ -66,14 +66,32 @@ def launch(
     argv: Sequence[str] | None,
     build_sinks: Callable[[SparkSession, PipelineConfig], list[StreamSink]],
 ) -> int:
-    """An app's whole life: config, session, metrics exporter, queries until they end or are stopped."""
+    """An app's whole life: config, session, metrics exporter, batch log, queries until they end or stop."""
+    from stream_pipelines.batch_log import BatchLogRecorder
+    from stream_pipelines.checkpoints import (
+        EXIT_CHECKPOINT_REFUSED,
+        CheckpointError,
+        preflight,
+        record_fingerprints,
+    )
     from stream_pipelines.metrics import MetricsExporter
     from stream_pipelines.runtime import get_spark, run_streams
 
     config, trigger = parse_app_args(app, description, argv)
+    try:
+        # Before the session: a refused start costs no JVM, and the resume point lands in the log.
+        print(preflight(config, app).describe(), file=sys.stderr, flush=True)
+    except CheckpointError as error:
+        print(f"{app}: {error}", file=sys.stderr, flush=True)
+        return EXIT_CHECKPOINT_REFUSED
     spark = get_spark(config, app)
     exporter = MetricsExporter(config, app).start(spark)
+    batch_log = BatchLogRecorder(config, app)
     try:
-        return run_streams(config, app, build_sinks(spark, config), trigger)
+        sinks = build_sinks(spark, config)
+        # A new checkpoint remembers the settings that shape its state, for the preflight to compare.
+        record_fingerprints(config, app)
+        return run_streams(config, app, sinks, trigger, on_started=batch_log.start)
     finally:
+        batch_log.stop()
         exporter.stop()
