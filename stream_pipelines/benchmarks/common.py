@@ -3,6 +3,7 @@ and a results file. Nothing here knows what is being measured."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -20,9 +21,12 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stream_pipelines.config import PipelineConfig, load_config
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import StreamingQuery
 
 LOOPBACK = "127.0.0.1"
 
@@ -142,6 +146,80 @@ def signals_ignored() -> Iterator[None]:
             signal.signal(signum, handler)
 
 
+# --------------------------------------------------------------------------- configs and runs
+
+
+def derive_config(config: PipelineConfig, overrides: Sequence[str]) -> PipelineConfig:
+    """``config`` with ``key.path=value`` overrides applied and validated exactly as ``--set`` is.
+
+    For variants of the private broker's config (another state store, watermark or source) without
+    repeating how the broker's ports and data root were set.
+    """
+    # The override parser is the config module's own, so a value means here what it means on --set.
+    from stream_pipelines.config import _apply_override
+
+    raw = config.model_dump()
+    for item in overrides:
+        key, _, value = item.partition("=")
+        _apply_override(raw, key.strip(), value, origin=f"benchmark override {key.strip()}")
+    return PipelineConfig.model_validate({**raw, "base_dir": config.base_dir})
+
+
+@contextmanager
+def isolated_run(config: PipelineConfig, name: str) -> Iterator[PipelineConfig]:
+    """``config`` with checkpoints, outputs, quarantine and archive in a folder of their own, removed
+    on the way out.
+
+    A run needs both halves to start afresh: its own checkpoints, or it resumes an earlier run, and
+    its own output folders, because a file sink skips every batch id already in its folder's
+    ``_spark_metadata`` log: a second run into the same folder would read its input and do no work.
+    """
+    root = Path(config.project_path(config.paths.data_root)) / "runs" / name
+    entries = ("checkpoints", "outputs", "quarantine", "archive")
+    try:
+        yield derive_config(config, [f"paths.{entry}=runs/{name}/{entry}" for entry in entries])
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def await_queries(queries: Sequence[StreamingQuery], interrupts: Interrupts, poll_s: float = 0.5) -> None:
+    """Wait until every (available-now) query has ended; any that failed raises BenchmarkError.
+
+    Short waits, so that an interrupt is acted on within ``poll_s`` and never inside a py4j call.
+    All queries are stopped on the way out, however it is left.
+    """
+    try:
+        while active := [query for query in queries if query.isActive]:
+            # A failed query ends the wait at once; the others would only run on for nothing.
+            if any(query.exception() is not None for query in queries if query not in active):
+                break
+            active[0].awaitTermination(poll_s)
+            interrupts.check()
+    finally:
+        for query in queries:
+            if query.isActive:
+                query.stop()
+    for query in queries:
+        if query.exception() is not None:
+            raise BenchmarkError(f"query {query.name} failed: {query.exception()}")
+
+
+def batch_progress(query: StreamingQuery) -> list[dict[str, Any]]:
+    """Every batch's progress of a finished query, in batch order.
+
+    Raises BenchmarkError when Spark no longer holds some of them: it keeps only the last
+    ``spark.sql.streaming.numRecentProgressUpdates`` (100 by default).
+    """
+    progress = sorted(query.recentProgress, key=lambda update: int(update["batchId"]))
+    batch_ids = [int(update["batchId"]) for update in progress]
+    if batch_ids != list(range(len(batch_ids))):
+        raise BenchmarkError(
+            f"query {query.name} kept progress for batches {batch_ids[:3]}..{batch_ids[-3:]} only; "
+            "raise spark.sql.streaming.numRecentProgressUpdates"
+        )
+    return progress
+
+
 # --------------------------------------------------------------------------- summaries
 
 
@@ -231,6 +309,22 @@ def write_results(path: Path, results: dict[str, Any]) -> Path:
     temporary.write_text(json.dumps(stamped, indent=2, sort_keys=False) + "\n")
     temporary.replace(path)
     return path
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a whole number of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a number above zero."""
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be above zero, got {text}")
+    return value
 
 
 def log(message: str) -> None:
