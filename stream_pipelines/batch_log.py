@@ -1,0 +1,250 @@
+"""A durable log of every micro-batch's offsets and watermark, for the nightly reconciliation.
+
+Spark keeps only the last ~100 batches in a checkpoint, but the reconciliation needs, for every
+event of a day, the batch that read it and the watermark that batch filtered late rows with. The
+recorder copies each query's ``offsets/N``, ``commits/N`` and file-source lists (``sources/<i>/*``)
+into ``<paths.batch_log>/<app>/<query>/`` as they appear, so the history outlives the checkpoint.
+
+Spark 4 semantics the records encode (pinned by tests/test_sensor_semantics.py): batch N reads, per
+source, the offsets after the end offsets of batch N-1 up to its own end offsets; its late-row filter
+uses the watermark batch N-1 ran with, while emission and eviction use its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import StreamingQuery
+
+    from stream_pipelines.config import PipelineConfig
+
+COPIED_LOGS = ("offsets", "commits", "sources")
+_BATCH_FILE = re.compile(r"^(\d+)(\.compact)?$")
+POLL_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    """One micro-batch as the reconciliation sees it."""
+
+    batch_id: int
+    # (topic, partition) -> [start, end) of the Kafka offsets this batch read.
+    kafka_ranges: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+    # Files a files-source batch read (normalised paths, see normalise_path).
+    files: frozenset[str] = frozenset()
+    # The watermark the late-row filter used (batch N-1's), and the one emission/eviction used.
+    # None when the previous batch's entry is not in the log (the recorder started late).
+    late_filter_watermark_ms: int | None = 0
+    eviction_watermark_ms: int = 0
+    committed: bool = False
+
+
+def query_log_dir(config: PipelineConfig, app: str, query: str) -> Path:
+    return Path(config.data_path("batch_log")) / app / query
+
+
+def normalise_path(path: str) -> str:
+    """One spelling for a local file path, whether Spark wrote it as file:/x, file:///x or /x."""
+    if path.startswith("file:"):
+        path = path[len("file:") :]
+        path = "/" + path.lstrip("/")
+    return path
+
+
+# --------------------------------------------------------------------------- recording
+
+
+class BatchLogRecorder:
+    """Copies the checkpoint logs of an app's queries into the batch log while they run."""
+
+    def __init__(self, config: PipelineConfig, app: str, poll_seconds: float = POLL_SECONDS) -> None:
+        self.config = config
+        self.app = app
+        self.poll_seconds = poll_seconds
+        self._queries: list[str] = []
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, queries: Iterable[StreamingQuery | str]) -> BatchLogRecorder:
+        """Begin polling; ``queries`` are StreamingQuery objects named ``<app>.<query>`` or query names."""
+        for query in queries:
+            name = query if isinstance(query, str) else (query.name or "")
+            self._queries.append(name.split(".", 1)[1] if name.startswith(f"{self.app}.") else name)
+        self._thread = threading.Thread(target=self._poll, name=f"batch-log-{self.app}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop polling and take a final sweep, so batches committed at the very end are kept too."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        self.sweep()
+
+    def sweep(self) -> int:
+        """Copy whatever is new or changed; returns how many files were written."""
+        return sum(
+            copy_checkpoint_logs(
+                Path(self.config.checkpoint_dir(self.app, query)),
+                query_log_dir(self.config, self.app, query),
+            )
+            for query in self._queries
+        )
+
+    def _poll(self) -> None:
+        while not self._stopping.wait(self.poll_seconds):
+            try:
+                self.sweep()
+            except OSError as error:
+                # A checkpoint file being rewritten or cleaned up mid-copy: the next sweep retries.
+                print(f"batch log ({self.app}): sweep skipped: {error}", flush=True)
+
+
+def copy_checkpoint_logs(checkpoint: Path, target: Path) -> int:
+    """Idempotent copy of offsets/, commits/ and sources/<i>/ entries; each write is atomic."""
+    written = 0
+    if not checkpoint.is_dir():
+        return 0
+    for log in COPIED_LOGS:
+        base = checkpoint / log
+        if not base.is_dir():
+            continue
+        folders = [base] if log != "sources" else [p for p in base.iterdir() if p.is_dir()]
+        for folder in folders:
+            for entry in folder.iterdir():
+                if not _BATCH_FILE.match(entry.name):
+                    continue
+                destination = target / entry.relative_to(checkpoint)
+                try:
+                    content = entry.read_bytes()
+                except FileNotFoundError:
+                    continue  # cleaned up by Spark between listing and reading
+                if destination.exists() and destination.read_bytes() == content:
+                    continue
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                temporary = destination.with_name(f".{destination.name}.tmp")
+                temporary.write_bytes(content)
+                os.replace(temporary, destination)
+                written += 1
+    return written
+
+
+def clear_batch_log(config: PipelineConfig, app: str, query: str) -> None:
+    shutil.rmtree(query_log_dir(config, app, query), ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def load_batches(config: PipelineConfig, app: str, query: str) -> list[BatchRecord]:
+    """Every logged batch of one query, in order, with its read ranges and watermarks."""
+    return parse_batch_log(query_log_dir(config, app, query))
+
+
+def parse_batch_log(folder: Path) -> list[BatchRecord]:
+    offsets = _numbered_files(folder / "offsets")
+    if not offsets:
+        return []
+    commits = set(_numbered_files(folder / "commits"))
+    parsed = {batch: _parse_offsets_file(path) for batch, path in offsets.items()}
+    files_by_batch = _files_by_batch(folder / "sources")
+    initial_kafka = _initial_kafka_offsets(folder / "sources")
+
+    records = []
+    for batch in sorted(parsed):
+        watermark, ends = parsed[batch]
+        previous = parsed.get(batch - 1)
+        if batch == 0:
+            late_filter: int | None = 0
+            starts = initial_kafka
+        elif previous is not None:
+            late_filter, starts = previous[0], previous[1]
+        else:
+            late_filter, starts = None, {}
+        ranges = {
+            coordinate: (starts.get(coordinate, 0 if batch == 0 else end), end)
+            for coordinate, end in ends.items()
+        }
+        records.append(
+            BatchRecord(
+                batch_id=batch,
+                kafka_ranges={c: r for c, r in ranges.items() if r[1] > r[0]},
+                files=frozenset(files_by_batch.get(batch, ())),
+                late_filter_watermark_ms=late_filter,
+                eviction_watermark_ms=watermark,
+                committed=batch in commits,
+            )
+        )
+    return records
+
+
+def _numbered_files(folder: Path) -> dict[int, Path]:
+    if not folder.is_dir():
+        return {}
+    return {int(p.name): p for p in folder.iterdir() if p.name.isdigit()}
+
+
+def _parse_offsets_file(path: Path) -> tuple[int, dict[tuple[str, int], int]]:
+    """(batchWatermarkMs, Kafka end offsets) of one offsets/N entry; files-source lines are skipped."""
+    lines = path.read_text().splitlines()
+    metadata = json.loads(lines[1]) if len(lines) > 1 else {}
+    ends: dict[tuple[str, int], int] = {}
+    for line in lines[2:]:
+        if not line.strip() or line.strip() == "-":
+            continue
+        source = json.loads(line)
+        if "logOffset" in source:
+            continue
+        for topic, partitions in source.items():
+            for partition, offset in partitions.items():
+                ends[(topic, int(partition))] = int(offset)
+    return int(metadata.get("batchWatermarkMs", 0)), ends
+
+
+def _files_by_batch(sources: Path) -> dict[int, set[str]]:
+    """Batch id -> files it read, from file-source logs (plain and compacted entries carry batchId)."""
+    files: dict[int, set[str]] = {}
+    if not sources.is_dir():
+        return files
+    for folder in sources.iterdir():
+        for entry in folder.iterdir() if folder.is_dir() else ():
+            if not _BATCH_FILE.match(entry.name):
+                continue
+            for line in entry.read_text(errors="replace").splitlines():
+                if not line.startswith("{"):
+                    continue
+                item = json.loads(line)
+                if "path" in item and "batchId" in item:
+                    files.setdefault(int(item["batchId"]), set()).add(normalise_path(item["path"]))
+    return files
+
+
+def _initial_kafka_offsets(sources: Path) -> dict[tuple[str, int], int]:
+    """Where a Kafka source started: sources/<i>/0 holds the resolved initial offsets as JSON."""
+    starts: dict[tuple[str, int], int] = {}
+    if not sources.is_dir():
+        return starts
+    for folder in sources.iterdir():
+        initial = folder / "0"
+        if not initial.is_file():
+            continue
+        for line in initial.read_text(errors="replace").replace("\x00", "").splitlines():
+            if not line.startswith("{"):
+                continue
+            parsed = json.loads(line)
+            if "path" in parsed:  # a file-source entry, not Kafka offsets
+                break
+            for topic, partitions in parsed.items():
+                if isinstance(partitions, dict):
+                    for partition, offset in partitions.items():
+                        starts[(topic, int(partition))] = int(offset)
+    return starts
