@@ -297,7 +297,7 @@ def _report(
         lags = [v for k, v in values.items() if k.startswith("pipeline_watermark_lag_seconds")]
         dropped = values.get("pipeline_late_rows_dropped_total", 0)
         print(
-            f"    {app}: rows dropped by the watermark {dropped:.0f}, "
+            f"    {app}: since its last start: rows dropped by the watermark {dropped:.0f}, "
             f"quarantined {values.get('pipeline_quarantined_rows_total', 0):.0f}, "
             f"watermark lag now {max(lags) if lags else float('nan'):.0f}s "
             f"(from its Prometheus endpoint)"
@@ -306,11 +306,16 @@ def _report(
     print(f"    {KILLED_APP}: killed with -9; next committed batch {restart_s:.0f}s after the kill")
     for app in APP_NAMES:
         log = (DEMO_ROOT / f"supervise_{app}.log").read_text(errors="replace")
-        for line in log.splitlines():
-            if "restart" in line and "from its checkpoint" in line:
-                print(f"    {app}: {line.split('reason=')[-1].strip()[:160]}")
-            if "last committed batch" in line.lower():
-                print(f"    {app}: resume point: {line.strip()[:160]}")
+        restarts = re.findall(r"reason='([^']*from its checkpoint[^']*)'", log)
+        resume_points = list(
+            dict.fromkeys(
+                re.findall(r"(\S+): \S+\n\s+query id [^\n]*\n\s+(last committed batch \d+ \([^)]*\))", log)
+            )
+        )
+        for reason in dict.fromkeys(restarts):
+            print(f"    {app}: {reason}")
+        for query, point in resume_points:
+            print(f"    {query}: resumed after {point}")
     say("where the outputs are")
     for label, path in (
         ("raw archive", config.data_path("archive")),

@@ -130,7 +130,7 @@ class StreamingAppOperator(SparkSubmitOperator):
         self.app = app
 
     def execute(self, context: Any) -> None:
-        from airflow.exceptions import AirflowFailException
+        from airflow.sdk.exceptions import AirflowFailException
 
         from stream_pipelines.checkpoints import CheckpointError, preflight
         from stream_pipelines.control import clear_stale_stop_marker, should_run
@@ -221,7 +221,7 @@ def dags_folder() -> Path:
 
 def reset_checkpoint(params: dict[str, Any]) -> str:
     """The checkpoint_reset DAG's task: refuses unless the app is stopped and the name is typed to confirm."""
-    from airflow.exceptions import AirflowFailException
+    from airflow.sdk.exceptions import AirflowFailException
 
     from stream_pipelines.checkpoints import CheckpointError, parse_offsets_argument, parse_reset_time, reset
     from stream_pipelines.control import desired_state, running_app_pids
