@@ -10,6 +10,7 @@
     pipelinectl checkpoint reset APP --from committed|offsets|time [--query Q] [--offsets JSON]
                 [--time ISO] --confirm APP     a new checkpoint from those offsets (state is lost)
     pipelinectl control APP ACTION             stop|start|restart|pause|resume, as the pipeline_control DAG
+    pipelinectl reconcile --date D             the nightly reconciliation for event day D, without Airflow
     pipelinectl status | up | down             the local stack (make status / up / down)
     pipelinectl demo                           the scripted end-to-end scenario (make demo)
 
@@ -24,7 +25,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 from stream_pipelines.apps.common import EXIT_BAD_CONFIG, add_config_arguments, config_from_args
@@ -122,6 +123,9 @@ def _build_parser() -> argparse.ArgumentParser:
     control.add_argument("app", choices=APP_NAMES)
     control.add_argument("action", choices=["stop", "start", "restart", "pause", "resume"])
     control.add_argument("--reason", default="", help="recorded with the change")
+
+    reconcile = command("reconcile", _reconcile, "reconcile event day D against the streams (spark-submit)")
+    reconcile.add_argument("--date", required=True, type=date.fromisoformat, help="event day D (YYYY-MM-DD)")
 
     command("status", _status, "what runs: broker, Airflow, monitoring, and each app's state")
     command("up", _up, "start the local stack: broker, Airflow, generator, Prometheus (make up)")
@@ -308,6 +312,14 @@ def _control(config: PipelineConfig, args: argparse.Namespace) -> int:
 
     print(apply_action(config, args.app, args.action, by="pipelinectl", reason=args.reason))
     return 0
+
+
+def _reconcile(config: PipelineConfig, args: argparse.Namespace) -> int:
+    from stream_pipelines.reconciliation.job import submit_command
+    from stream_pipelines.submit import submit_environment
+
+    command = submit_command(config, args.date, args.overrides)
+    return subprocess.run(command, env=submit_environment(), check=False).returncode
 
 
 def _status(config: PipelineConfig, args: argparse.Namespace) -> int:

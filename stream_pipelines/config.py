@@ -219,6 +219,9 @@ class PathSettings(_Section):
     batch_log: str = "batch_log"
     control: str = "control"
     broker: str = "kafka"
+    reports: str = "reports"
+    compliance: str = "compliance"
+    gx: str = "gx"
 
 
 class ArchiveSettings(_Section):
@@ -293,6 +296,25 @@ class SupervisionSettings(_Section):
     drain_timeout: PositiveDuration = Duration(300)
 
 
+class ReconciliationTolerances(_Section):
+    """How far a streaming figure may be from the exact one and still count as equal."""
+
+    count: int = Field(0, ge=0)
+    avg: float = Field(1e-9, ge=0)
+    max: float = Field(1e-9, ge=0)
+    min: float = Field(1e-9, ge=0)
+
+
+class ReconciliationSettings(_Section):
+    # Events of day D that arrive up to this long after D are taken in.
+    late_horizon: PositiveDuration = Duration(2 * 86400)
+    tolerances: ReconciliationTolerances = ReconciliationTolerances()
+    # Recommended watermark = p99 of the arrival delay x (1 + margin).
+    watermark_margin: float = Field(0.4, ge=0.3, le=0.5)
+    what_if_delays: tuple[PositiveDuration, ...] = tuple(Duration(m * 60) for m in (1, 2, 5, 10, 30))
+    report_ledger_rows: int = Field(1000, ge=0)
+
+
 class MetricsSettings(_Section):
     enabled: bool = True
     host: str = "127.0.0.1"
@@ -313,6 +335,7 @@ class PipelineConfig(_Section):
     ads: AdSettings = AdSettings()
     quality: QualitySettings = QualitySettings()
     supervision: SupervisionSettings = SupervisionSettings()
+    reconciliation: ReconciliationSettings = ReconciliationSettings()
     metrics: MetricsSettings = MetricsSettings()
 
     # The folder the config was read from; relative paths resolve against its parent.

@@ -1,0 +1,134 @@
+"""From the raw archive to typed deliveries of one event day, with their Kafka coordinates.
+
+A *delivery* is one archived record (one Kafka offset, or one line of a replay file). The same event
+(event_id) may have several deliveries; the stream sees them all, the exact recompute keeps one.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from stream_pipelines.parsing import EventType, parse_events, quarantined_events, valid_events
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from pyspark.sql import SparkSession
+
+    from stream_pipelines.config import Duration, PipelineConfig, TopicSettings
+
+ARCHIVE_SCHEMA = StructType(
+    [
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("key", StringType()),
+        StructField("value", BinaryType()),
+        StructField("kafka_timestamp", TimestampType()),
+        StructField("source_file", StringType()),
+        StructField("archived_at", TimestampType()),
+        StructField("arrival_date", StringType()),
+    ]
+)
+
+
+def arrival_dates(day: date, horizon: Duration) -> list[str]:
+    """D-1 (clock skew can stamp an event after its arrival) through the last day the horizon reaches."""
+    last_arrival = arrival_cutoff(day, horizon) - timedelta(microseconds=1)
+    return [
+        (day + timedelta(days=offset)).isoformat()
+        for offset in range(-1, (last_arrival.date() - day).days + 1)
+    ]
+
+
+def arrival_cutoff(day: date, horizon: Duration) -> datetime:
+    """Arrivals at or after this moment are outside D's horizon."""
+    return datetime.combine(day + timedelta(days=1), datetime.min.time()) + timedelta(seconds=horizon.seconds)
+
+
+def read_archive(spark: SparkSession, archive_path: str, day: date, horizon: Duration) -> DataFrame:
+    """The archived records that arrived between D-1 and D + horizon (an empty frame if none)."""
+    from pyspark.errors import AnalysisException
+
+    try:
+        archive = spark.read.parquet(archive_path)
+    except AnalysisException:
+        # No archive yet (a new deployment) is an empty day, not a crash.
+        return spark.createDataFrame([], ARCHIVE_SCHEMA)
+    cutoff = arrival_cutoff(day, horizon)
+    return archive.where(F.col("arrival_date").cast("string").isin(arrival_dates(day, horizon))).where(
+        F.col("kafka_timestamp").isNull() | (F.col("kafka_timestamp") < F.lit(cutoff))
+    )
+
+
+def deliveries(archive: DataFrame, topic: str, event_type: EventType, config: PipelineConfig) -> DataFrame:
+    """Valid, typed deliveries of one topic, with coordinates and the arrival delay in milliseconds.
+
+    ``delivery_rank`` is 1 for the delivery the exact recompute keeps for each event_id (the first to
+    arrive), higher for duplicates.
+    """
+    raw = archive.where(F.col("topic") == topic).select(
+        "key", "value", "topic", "partition", "offset", "kafka_timestamp", "source_file"
+    )
+    valid = valid_events(parse_events(raw, event_type, config.quality), event_type)
+    event_time = F.col(event_type.time_field)
+    first_arrival = Window.partitionBy("event_id").orderBy(
+        F.col("kafka_timestamp").asc_nulls_last(), "partition", "offset", "source_file"
+    )
+    return (
+        valid.withColumn("source_file", normalised_path(F.col("source_file")))
+        .withColumn("event_time", event_time)
+        .withColumn("event_date", F.to_date(event_time).cast("string"))
+        .withColumn("delay_ms", _millis(F.col("kafka_timestamp")) - _millis(event_time))
+        .withColumn("delivery_rank", F.row_number().over(first_arrival))
+    )
+
+
+def quarantine_counts(
+    archive: DataFrame, typed_topics: Sequence[tuple[TopicSettings, EventType]], config: PipelineConfig
+) -> dict[str, dict[str, int]]:
+    """Topic -> reason category -> how many archived records parsing quarantines (one Spark job)."""
+    rejected = None
+    for topic, event_type in typed_topics:
+        raw = archive.where(F.col("topic") == topic.name).select(
+            "key", "value", "topic", "partition", "offset", "kafka_timestamp", "source_file"
+        )
+        frame = quarantined_events(parse_events(raw, event_type, config.quality), event_type).select(
+            "topic", F.split(F.col("reason"), ":").getItem(0).alias("reason")
+        )
+        rejected = frame if rejected is None else rejected.unionByName(frame)
+    counts: dict[str, dict[str, int]] = {topic.name: {} for topic, _ in typed_topics}
+    if rejected is not None:
+        for row in rejected.groupBy("topic", "reason").count().collect():
+            counts[row["topic"]][row["reason"]] = int(row["count"])
+    return counts
+
+
+def of_day(frame: DataFrame, day: date) -> DataFrame:
+    return frame.where(F.col("event_date") == day.isoformat())
+
+
+def first_deliveries(frame: DataFrame) -> DataFrame:
+    return frame.where(F.col("delivery_rank") == 1)
+
+
+def normalised_path(path: F.Column) -> F.Column:
+    """The same spelling as batch_log.normalise_path: file:/x, file:///x and /x all become /x."""
+    return F.regexp_replace(path, r"^file:/+", "/")
+
+
+def _millis(timestamp: F.Column) -> F.Column:
+    return F.floor(F.unix_micros(timestamp) / F.lit(1000)).cast("long")

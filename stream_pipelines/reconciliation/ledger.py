@@ -1,0 +1,131 @@
+"""The late-event ledger: exactly which deliveries the stream's watermark kept out of which windows.
+
+Not a guess from timestamps: each archived delivery is matched, through the batch log, to the
+micro-batch that read it (Kafka offset inside the batch's range, or the replay file the batch listed),
+and that batch's late-filter watermark (the previous batch's) decides, per window the event belongs
+to, whether Spark dropped it: dropped iff window_end <= late-filter watermark.
+A delivery no logged batch read is *pending* (the stream has not reached it), never dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType, IntegerType, LongType, StringType, StructField, StructType
+
+from stream_pipelines.batch_log import BatchRecord
+from stream_pipelines.config import Duration
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+KAFKA_BATCH_SCHEMA = StructType(
+    [
+        StructField("range_topic", StringType()),
+        StructField("range_partition", IntegerType()),
+        StructField("start_offset", LongType()),
+        StructField("end_offset", LongType()),
+        StructField("batch_id", LongType()),
+        StructField("late_filter_watermark_ms", LongType()),
+        StructField("committed", BooleanType()),
+    ]
+)
+FILE_BATCH_SCHEMA = StructType(
+    [
+        StructField("batch_file", StringType()),
+        StructField("file_batch_id", LongType()),
+        StructField("file_late_filter_watermark_ms", LongType()),
+        StructField("file_committed", BooleanType()),
+    ]
+)
+
+# Ledger statuses of one (delivery, window) pair.
+DROPPED = "dropped_by_watermark"
+ACCEPTED = "accepted"
+PENDING = "pending_not_read"  # no logged batch read it yet
+UNKNOWN = "unknown_batch_log_gap"  # read by a batch whose predecessor is missing from the log
+
+
+def with_batches(spark: SparkSession, deliveries: DataFrame, batches: Sequence[BatchRecord]) -> DataFrame:
+    """Deliveries plus batch_id, late_filter_watermark_ms and committed of the batch that read them."""
+    kafka_rows = [
+        (topic, partition, start, end, b.batch_id, b.late_filter_watermark_ms, b.committed)
+        for b in batches
+        for (topic, partition), (start, end) in b.kafka_ranges.items()
+    ]
+    file_rows = [
+        (path, b.batch_id, b.late_filter_watermark_ms, b.committed) for b in batches for path in b.files
+    ]
+    kafka_batches = F.broadcast(spark.createDataFrame(kafka_rows, KAFKA_BATCH_SCHEMA))
+    file_batches = F.broadcast(spark.createDataFrame(file_rows, FILE_BATCH_SCHEMA))
+    in_range = (
+        (F.col("topic") == F.col("range_topic"))
+        & (F.col("partition") == F.col("range_partition"))
+        & (F.col("offset") >= F.col("start_offset"))
+        & (F.col("offset") < F.col("end_offset"))
+    )
+    joined = deliveries.join(kafka_batches, in_range, "left").join(
+        file_batches, F.col("source_file") == F.col("batch_file"), "left"
+    )
+    return joined.select(
+        *deliveries.columns,
+        F.coalesce("batch_id", "file_batch_id").alias("batch_id"),
+        F.coalesce("late_filter_watermark_ms", "file_late_filter_watermark_ms").alias(
+            "late_filter_watermark_ms"
+        ),
+        F.coalesce("committed", "file_committed", F.lit(False)).alias("committed"),
+    )
+
+
+def windowed(assigned: DataFrame, window: Duration, slide: Duration | None = None) -> DataFrame:
+    """One row per (delivery, window it belongs to), with the ledger status of that pair."""
+    spark_window = (
+        F.window("event_time", window.spark(), slide.spark())
+        if slide is not None
+        else F.window("event_time", window.spark())
+    )
+    rows = assigned.withColumn("_window", spark_window)
+    window_end_ms = F.unix_millis(F.col("_window.end"))
+    status = (
+        F.when(F.col("batch_id").isNull(), F.lit(PENDING))
+        .when(F.col("late_filter_watermark_ms").isNull(), F.lit(UNKNOWN))
+        .when(window_end_ms <= F.col("late_filter_watermark_ms"), F.lit(DROPPED))
+        .otherwise(F.lit(ACCEPTED))
+    )
+    return rows.select(
+        "*",
+        F.col("_window.start").alias("window_start"),
+        F.col("_window.end").alias("window_end"),
+        status.alias("ledger_status"),
+    ).drop("_window")
+
+
+def ledger_rows(windowed_deliveries: DataFrame, query: str) -> DataFrame:
+    """The ledger proper: every (delivery, window) pair the watermark excluded, with its evidence."""
+    return windowed_deliveries.where(F.col("ledger_status") == DROPPED).select(
+        F.lit(query).alias("query"),
+        "event_id",
+        "sensor_id",
+        "event_time",
+        "temperature",
+        "window_start",
+        "window_end",
+        (F.col("delay_ms") / 1000).alias("arrival_delay_s"),
+        "topic",
+        "partition",
+        "offset",
+        "kafka_timestamp",
+        "source_file",
+        "batch_id",
+        F.timestamp_millis("late_filter_watermark_ms").alias("late_filter_watermark"),
+        "event_date",
+    )
+
+
+def final_eviction_watermark_ms(batches: Sequence[BatchRecord]) -> int | None:
+    """The watermark the last committed batch emitted with: windows ending at or before it are final."""
+    committed = [b.eviction_watermark_ms for b in batches if b.committed]
+    return max(committed) if committed else None

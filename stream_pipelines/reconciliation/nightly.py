@@ -1,0 +1,97 @@
+"""What the nightly reconciliation DAG's tasks do; the DAG file only wires these together.
+
+The config comes from the environment exactly as for the apps (PIPELINE_ENV, PIPELINE__SECTION__KEY);
+the reconciliation itself runs through spark-submit with the streaming apps' Spark settings, and the
+quality gates run in the task's own process on a local session.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import date, datetime
+from typing import Any
+
+from stream_pipelines.config import PipelineConfig, load_config
+
+
+def event_day(
+    requested: str | None, data_interval_start: datetime | None, logical_date: datetime | None
+) -> str:
+    """D: the ``date`` param when given (reruns from the UI), else the run's data interval start."""
+    if requested:
+        return date.fromisoformat(str(requested)).isoformat()
+    moment = data_interval_start or logical_date
+    if moment is None:
+        raise ValueError("no date param and no data interval: cannot choose the event day")
+    return moment.date().isoformat()
+
+
+def _config() -> PipelineConfig:
+    return load_config()
+
+
+def _spark(config: PipelineConfig, name: str):
+    from stream_pipelines.runtime import get_spark
+
+    return get_spark(config, name)
+
+
+def gate_raw_events(day: str) -> dict[str, Any]:
+    from stream_pipelines import quality_gates
+
+    config = _config()
+    result = quality_gates.raw_events_gate(config, date.fromisoformat(day), _spark(config, "nightly_gx"))
+    print(f"raw events gate: {result.as_json()}")
+    return quality_gates.enforce(result).as_json()
+
+
+def reconcile(day: str) -> str:
+    """spark-submit spark_apps/reconcile.py for D; a non-zero exit fails the task with the job's message."""
+    from stream_pipelines.reconciliation.job import submit_command
+    from stream_pipelines.submit import submit_environment
+
+    config = _config()
+    completed = subprocess.run(
+        submit_command(config, date.fromisoformat(day)),
+        env=submit_environment(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    sys.stderr.write(completed.stderr[-20_000:])
+    if completed.returncode != 0:
+        messages = [line for line in completed.stderr.splitlines() if line.startswith("reconcile:")]
+        raise RuntimeError(
+            f"reconciliation of {day} exited {completed.returncode}: "
+            f"{messages[-1] if messages else completed.stderr[-2000:]}"
+        )
+    return day
+
+
+def gate_outputs(day: str) -> list[dict[str, Any]]:
+    from stream_pipelines import quality_gates
+
+    config = _config()
+    spark = _spark(config, "nightly_gx")
+    results = [
+        quality_gates.streaming_outputs_gate(config, date.fromisoformat(day), spark),
+        quality_gates.compliance_gate(config, date.fromisoformat(day), spark),
+    ]
+    quality_gates.attach_to_report(config, date.fromisoformat(day), results)
+    for result in results:
+        print(f"{result.suite} gate: {result.as_json()}")
+        quality_gates.enforce(result)
+    return [r.as_json() for r in results]
+
+
+def publish_report(day: str, raw_gate: dict[str, Any], output_gates: list[dict[str, Any]]) -> str:
+    """Attach every gate's result to D's report; returns the HTML report's path."""
+    from pathlib import Path
+
+    from stream_pipelines.reconciliation.report import update_report
+    from stream_pipelines.reconciliation.settings import report_dir
+
+    folder = Path(report_dir(_config(), day))
+    update_report(folder, "quality_gates", [raw_gate, *output_gates])
+    return str(folder / "report.html")

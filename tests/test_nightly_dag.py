@@ -1,0 +1,146 @@
+"""The nightly reconciliation DAG through Airflow's own dag.test(), on a private SQLite metadata DB.
+
+Airflow runs in a child process so that its settings (AIRFLOW_HOME, the DB) never leak into the
+test session; the pipeline config reaches the tasks through PIPELINE__* variables, as in production.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from datetime import UTC, date, datetime
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+
+from stream_pipelines.config import PROJECT_ROOT
+from stream_pipelines.reconciliation.nightly import event_day
+
+DAG_FILE = PROJECT_ROOT / "dags" / "nightly_reconciliation.py"
+DAY = date(2026, 1, 1)
+
+DAG_RUN = textwrap.dedent(
+    """
+    import importlib.util, json, sys
+    from datetime import datetime, UTC
+    spec = importlib.util.spec_from_file_location("nightly_reconciliation", sys.argv[1])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    heavy = sorted(m for m in ("pyspark", "great_expectations") if m in sys.modules)
+    run = module.dag.test(logical_date=datetime(2026, 1, 2, tzinfo=UTC), run_conf={"date": sys.argv[2]})
+    states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+    print("RESULT " + json.dumps({"state": str(run.state), "tasks": states, "heavy_at_parse": heavy}))
+    """
+)
+
+
+def test_event_day_prefers_the_param_then_the_data_interval():
+    start = datetime(2026, 3, 4, tzinfo=UTC)
+    assert event_day("2026-01-01", start, None) == "2026-01-01"
+    assert event_day(None, start, None) == "2026-03-04"
+    assert event_day("", None, datetime(2026, 3, 5, tzinfo=UTC)) == "2026-03-05"
+    with pytest.raises(ValueError):
+        event_day("01/01/2026", start, None)
+
+
+def airflow_environment(tmp_path: Path, data_root: Path) -> dict[str, str]:
+    environment = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("AIRFLOW", "PIPELINE__", "PYSPARK_GATEWAY"))
+    }
+    environment.update(
+        {
+            "AIRFLOW_HOME": str(tmp_path / "airflow"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(DAG_FILE.parent),
+            "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{tmp_path / 'airflow' / 'airflow.db'}",
+            "PIPELINE__PATHS__DATA_ROOT": str(data_root),
+            "PIPELINE__SPARK__SHUFFLE_PARTITIONS": "2",
+            "PIPELINE__SPARK__DRIVER_MEMORY": "1g",
+            "PIPELINE__METRICS__ENABLED": "false",
+            "PYTHONPATH": str(PROJECT_ROOT),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+        }
+    )
+    return environment
+
+
+def write_archive_for_day(spark, data_root: Path) -> None:
+    """Three archived sensor readings of D (no stream ran: every window is pending for it)."""
+    readings = [
+        ("e1", 1, 20.0, 10),
+        ("e2", 2, 22.0, 20),
+        ("e3", 7, 30.0, 30),
+    ]
+    rows = [
+        (
+            "sensors",
+            0,
+            offset,
+            None,
+            json.dumps(
+                {
+                    "event_id": event,
+                    "sensor_id": "sensor-0001",
+                    "temperature": temperature,
+                    "ts": f"2026-01-01T00:{minute:02d}:00Z",
+                }
+            ).encode(),
+            datetime(2026, 1, 1, 0, minute, second),
+            None,
+            datetime(2026, 1, 1, 0, minute, second + 1),
+        )
+        for offset, (event, minute, temperature, second) in enumerate(readings)
+    ]
+    spark.createDataFrame(
+        rows,
+        "topic string, partition int, offset long, key string, value binary, kafka_timestamp timestamp, "
+        "source_file string, archived_at timestamp",
+    ).withColumn("arrival_date", F.lit(DAY.isoformat())).write.partitionBy("topic", "arrival_date").parquet(
+        str(data_root / "archive")
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2400)  # a DB migration, a GX context, a spark-submit: minutes on a busy machine
+def test_the_dag_runs_every_task_through_dag_test(spark, tmp_path):
+    data_root = tmp_path / "data"
+    write_archive_for_day(spark, data_root)
+    environment = airflow_environment(tmp_path, data_root)
+    airflow = Path(sys.executable).parent / "airflow"
+    migrated = subprocess.run(
+        [str(airflow), "db", "migrate"], env=environment, capture_output=True, text=True, timeout=600
+    )
+    assert migrated.returncode == 0, migrated.stderr[-3000:]
+
+    run = subprocess.run(
+        [sys.executable, "-c", DAG_RUN, str(DAG_FILE), DAY.isoformat()],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, f"dag.test() did not finish:\n{run.stdout[-3000:]}\n{run.stderr[-6000:]}"
+    outcome = json.loads(lines[-1].removeprefix("RESULT "))
+    assert outcome["heavy_at_parse"] == [], "the DAG file imported Spark or GX at parse time"
+    assert outcome["state"] == "success", f"{outcome}\n{run.stderr[-6000:]}"
+    assert set(outcome["tasks"]) == {"choose_day", "gx_raw_events", "reconcile", "gx_outputs", "report"}
+
+    report = json.loads(
+        (data_root / "reports" / "reconciliation" / DAY.isoformat() / "report.json").read_text()
+    )
+    assert report["status"] == "passed"
+    assert [gate["suite"] for gate in report["quality_gates"]] == [
+        "raw_events",
+        "streaming_outputs",
+        "compliance_table",
+    ]
+    assert all(gate["data_docs"] for gate in report["quality_gates"])
+    assert report["compliance_rows"] == 2

@@ -1,0 +1,376 @@
+"""Nightly reconciliation against a scripted scenario run through the real apps (files source).
+
+The scenario (tumbling 5 minutes, watermark 2 minutes, one replay file per micro-batch, see
+tests/test_sensor_semantics.py for the late rule) has exactly two late deliveries the stream drops,
+one duplicate delivery the stream counts, and one window still open at the end:
+
+  batch 0: sensor-0001 00:00:30=10, 00:06:10=20                  watermark -> 00:04:10
+  batch 1: filler
+  batch 2: sensor-0001 00:04:00=30 (late, window open), 00:11:30=40   watermark -> 00:09:30
+  batch 3: filler
+  batch 4: sensor-0001 00:09:00=50 (open), 00:04:30=60 (DROPPED: [00:00, 00:05) closed),
+           00:06:10=20 again (DUPLICATE delivery), sensor-0002 00:02:00=15 (DROPPED, whole window)
+  batch 5: sensor-0001 00:30:00=70                                watermark -> 00:28:00
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from datetime import date, datetime
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+
+from stream_pipelines.apps import raw_archive, sensor_aggregation
+from stream_pipelines.batch_log import BatchLogRecorder, copy_checkpoint_logs, load_batches, parse_batch_log
+from stream_pipelines.config import PipelineConfig
+from stream_pipelines.reconciliation.advisor import late_watermarks
+from stream_pipelines.reconciliation.job import (
+    ReconciliationResult,
+    UnexplainedDifferences,
+    run_reconciliation,
+)
+from stream_pipelines.reconciliation.settings import compliance_dir
+from tests.conftest import (
+    Replay,
+    create_topic,
+    files_source_overrides,
+    make_overrides_config,
+    overrides_for,
+    run_in_process,
+)
+
+pytestmark = pytest.mark.broker
+
+DAY = date(2026, 1, 1)
+FILLER = ["{not json: a batch that moves no watermark"]
+
+
+def reading(minute: int, second: int, temperature: float, sensor: str = "sensor-0001") -> dict:
+    return {
+        "event_id": f"{sensor}-{minute:02d}{second:02d}-{temperature}",
+        "sensor_id": sensor,
+        "temperature": temperature,
+        "ts": f"2026-01-01T00:{minute:02d}:{second:02d}.000Z",
+    }
+
+
+SCENARIO: list[list] = [
+    [reading(0, 30, 10.0), reading(6, 10, 20.0)],
+    FILLER,
+    [reading(4, 0, 30.0), reading(11, 30, 40.0)],
+    FILLER,
+    [reading(9, 0, 50.0), reading(4, 30, 60.0), reading(6, 10, 20.0), reading(2, 0, 15.0, "sensor-0002")],
+    [reading(30, 0, 70.0)],
+]
+LATE_EVENTS = {"sensor-0001-0430-60.0", "sensor-0002-0200-15.0"}
+
+
+def at(minute: int) -> datetime:
+    return datetime(2026, 1, 1, 0, minute)
+
+
+# The authoritative figures, by hand: one reading per event_id, nothing dropped.
+EXPECTED_COMPLIANCE = {
+    ("sensor-0001", at(0)): (3, (10 + 30 + 60) / 3, 60.0, 10.0),
+    ("sensor-0001", at(5)): (2, 35.0, 50.0, 20.0),
+    ("sensor-0001", at(10)): (1, 40.0, 40.0, 40.0),
+    ("sensor-0001", at(30)): (1, 70.0, 70.0, 70.0),
+    ("sensor-0002", at(0)): (1, 15.0, 15.0, 15.0),
+}
+
+
+def write_scenario(root: Path, batches: list[list]) -> None:
+    """Replay files whose modification (= arrival) time is just after their newest event, rising."""
+    replay = Replay(root)
+    for topic in ("impressions", "clicks_ads"):
+        (root / topic).mkdir(parents=True, exist_ok=True)
+    arrival = datetime(2026, 1, 1).timestamp()
+    for events in batches:
+        replay.batch("sensors", events)
+        newest = max(
+            (datetime.fromisoformat(e["ts"]).timestamp() for e in events if isinstance(e, dict)), default=0
+        )
+        arrival = max(arrival + 1, newest + 5)
+        written = root / "sensors" / f"batch-{replay.files:04d}.jsonl"
+        os.utime(written, (arrival, arrival))
+
+
+def scenario_config(data_root: Path, replay_root: Path, ports, sliding_topic: str, *extra: str):
+    overrides = overrides_for(
+        data_root,
+        ports,
+        *files_source_overrides(replay_root),
+        f"kafka.topics.sliding_averages.name={sliding_topic}",
+        *extra,
+    )
+    return make_overrides_config(overrides)
+
+
+def run_sensor_app(spark, config: PipelineConfig) -> dict:
+    recorder = BatchLogRecorder(config, sensor_aggregation.APP, poll_seconds=0.2).start(
+        ["tumbling", "sliding"]
+    )
+    try:
+        code, queries = run_in_process(spark, config, sensor_aggregation)
+    finally:
+        recorder.stop()
+    assert code == 0
+    return queries
+
+
+@dataclass
+class Scenario:
+    config: PipelineConfig
+    replay_root: Path
+    sliding_topic: str
+    ports: tuple[int, int]
+
+
+@pytest.fixture(scope="module")
+def scenario(spark, broker, broker_ports, tmp_path_factory) -> Scenario:
+    """The scenario run once through raw_archive and sensor_aggregation; tests copy it to change it."""
+    root = tmp_path_factory.mktemp("reconcile")
+    sliding_topic = f"sliding-{uuid.uuid4().hex[:8]}"
+    create_topic(broker, sliding_topic, 1)
+    write_scenario(root / "replay", SCENARIO)
+    config = scenario_config(root / "data", root / "replay", broker_ports, sliding_topic)
+    assert run_in_process(spark, config, raw_archive)[0] == 0
+    run_sensor_app(spark, config)
+    return Scenario(config, root / "replay", sliding_topic, broker_ports)
+
+
+def copy_of(scenario: Scenario, tmp_path: Path) -> PipelineConfig:
+    """A private copy of the scenario's data root; file-sink logs are pointed at the copied files."""
+    original = scenario.config.project_path(scenario.config.paths.data_root)
+    shutil.copytree(original, tmp_path / "data")
+    for log in (tmp_path / "data").rglob("_spark_metadata/[0-9]*"):
+        log.write_text(log.read_text().replace(f"file://{original}/", f"file://{tmp_path / 'data'}/"))
+    return scenario_config(tmp_path / "data", scenario.replay_root, scenario.ports, scenario.sliding_topic)
+
+
+@dataclass
+class Reconciled:
+    config: PipelineConfig
+    result: ReconciliationResult
+
+
+@pytest.fixture(scope="module")
+def reconciled(spark, scenario, tmp_path_factory) -> Reconciled:
+    """One reconciliation of the scenario's day, shared by the tests that only read its result."""
+    config = copy_of(scenario, tmp_path_factory.mktemp("reconciled"))
+    return Reconciled(config, run_reconciliation(config, DAY, spark=spark))
+
+
+def compliance_rows(spark, config: PipelineConfig, day: date = DAY) -> dict:
+    table = spark.read.parquet(compliance_dir(config)).where(f"event_date = '{day.isoformat()}'")
+    return {
+        (r["sensor_id"], r["window_start"]): (
+            r["reading_count"],
+            r["avg_temperature"],
+            r["max_temperature"],
+            r["min_temperature"],
+        )
+        for r in table.collect()
+    }
+
+
+def test_batch_log_holds_every_batch_with_its_files_and_watermarks(scenario):
+    batches = load_batches(scenario.config, "sensor_aggregation", "tumbling")
+    assert [b.batch_id for b in batches][: len(SCENARIO)] == list(range(len(SCENARIO)))
+    assert all(b.committed for b in batches)
+    assert [len(b.files) for b in batches[: len(SCENARIO)]] == [1] * len(SCENARIO)
+    assert batches[0].late_filter_watermark_ms == 0
+    for previous, batch in pairwise(batches):
+        assert batch.late_filter_watermark_ms == previous.eviction_watermark_ms
+    # Batch 4 (the late one) filters with batch 3's watermark, 00:09:30.
+    assert batches[4].late_filter_watermark_ms == int(datetime(2026, 1, 1, 0, 9, 30).timestamp() * 1000)
+
+
+def test_known_late_events_are_exactly_the_ledger_and_every_diff_is_explained(spark, reconciled):
+    config, result = reconciled.config, reconciled.result
+
+    assert result.status == "passed", result.notes
+    tumbling_ledger = [row for row in result.ledger if row["query"] == "tumbling"]
+    assert {row["event_id"] for row in tumbling_ledger} == LATE_EVENTS
+    assert len(tumbling_ledger) == len(LATE_EVENTS)
+    late = next(row for row in tumbling_ledger if row["event_id"] == "sensor-0001-0430-60.0")
+    assert late["batch_id"] == 4 and late["window_start"].startswith("2026-01-01T00:00")
+    assert late["source_file"].endswith("batch-0005.jsonl")
+    # Arrived at 00:09:05 + a few seconds of rising file times; written at 00:04:30.
+    assert 270 < late["arrival_delay_s"] < 500
+
+    assert compliance_rows(spark, config) == pytest.approx(EXPECTED_COMPLIANCE)
+
+    verdicts = {(d.sensor_id, d.window_start): (d.kind, d.verdict) for d in result.diffs}
+    assert verdicts == {
+        ("sensor-0001", at(0)): ("different_figures", "explained"),  # the dropped 00:04:30
+        ("sensor-0001", at(5)): ("different_figures", "explained"),  # the duplicate 00:06:10
+        ("sensor-0002", at(0)): ("missing_window", "explained"),  # its only reading was dropped
+        ("sensor-0001", at(30)): ("missing_window", "pending"),  # not closed by the stream yet
+    }
+    assert not result.unexplained
+
+    report = json.loads(Path(result.report_json).read_text())
+    assert report["inputs"]["archive_rows_read"] == sum(len(b) for b in SCENARIO)
+    assert report["inputs"]["code_version"]
+    assert {"delay_histogram.png", "what_if.png"} <= {
+        p.name for p in Path(result.report_json).parent.iterdir()
+    }
+    assert "sensor-0002-0200-15.0" in Path(result.report_html).read_text()
+    sensors = next(s for s in result.delay_stats if s.topic == "sensors")
+    assert sensors.events == sum(isinstance(e, dict) for b in SCENARIO for e in b)
+    assert result.recommended_watermark_s == pytest.approx(-(-sensors.p99_s * 1.4 // 1))
+    assert result.quarantine["sensors"] == {"broken_json": 2}
+
+
+def tamper_average(spark, output: Path, window_start: datetime, sensor_id: str, by: float) -> None:
+    """Change one committed window's average in place, keeping the file sink's log consistent.
+
+    Spark rewrites the file (so the Parquet types stay Spark's), then the copy replaces the original.
+    """
+    from pyspark.sql import functions as F
+
+    target = (F.col("window_start") == F.lit(window_start)) & (F.col("sensor_id") == sensor_id)
+    for part in output.glob("*.parquet"):
+        frame = spark.read.parquet(str(part))
+        if frame.where(target).count() == 0:
+            continue
+        rewritten = output.parent / f"rewrite-{part.stem}"
+        changed = frame.withColumn(
+            "avg_temperature",
+            F.when(target, F.col("avg_temperature") + by).otherwise(F.col("avg_temperature")),
+        )
+        changed.coalesce(1).write.parquet(str(rewritten))
+        shutil.move(next(rewritten.glob("*.parquet")), part)
+        part.with_name(f".{part.name}.crc").unlink(missing_ok=True)  # Hadoop's checksum of the old bytes
+        for log in (output / "_spark_metadata").glob("[0-9]*"):
+            lines = log.read_text().splitlines()
+            entries = [json.loads(line) if line.startswith("{") else line for line in lines]
+            for entry in entries:
+                if isinstance(entry, dict) and entry["path"].endswith(part.name):
+                    entry["size"] = part.stat().st_size
+            log.write_text("\n".join(e if isinstance(e, str) else json.dumps(e) for e in entries))
+
+
+def test_a_tampered_streaming_window_fails_the_run_and_names_the_window(spark, scenario, tmp_path):
+    config = copy_of(scenario, tmp_path)
+    tamper_average(spark, Path(config.output_dir("sensor_windows")), at(10), "sensor-0001", 1.0)
+    with pytest.raises(UnexplainedDifferences) as failure:
+        run_reconciliation(config, DAY, spark=spark)
+    message = str(failure.value)
+    assert "2026-01-01 00:10:00" in message and "sensor-0001" in message
+    assert "avg_temperature" in message
+    assert failure.value.result.status == "failed"
+    assert json.loads(Path(failure.value.result.report_json).read_text())["status"] == "failed"
+
+
+def test_a_rerun_replaces_only_its_own_day(spark, reconciled):
+    config, first = reconciled.config, reconciled.result
+    table = spark.read.parquet(compliance_dir(config))
+    other_day = (
+        table.where(f"event_date = '{DAY.isoformat()}'")
+        .limit(1)
+        .withColumn("event_date", F.lit("2025-12-31"))
+    )
+    other_day.write.mode("append").partitionBy("event_date").parquet(compliance_dir(config))
+    second = run_reconciliation(config, DAY, spark=spark)
+    assert first.compliance_rows == second.compliance_rows == len(EXPECTED_COMPLIANCE)
+    assert compliance_rows(spark, config) == pytest.approx(EXPECTED_COMPLIANCE)
+    assert spark.read.parquet(compliance_dir(config)).where("event_date = '2025-12-31'").count() == 1
+    assert first.ledger_count == second.ledger_count
+
+
+def test_an_empty_day_gives_a_clear_result(spark, reconciled):
+    config = reconciled.config
+    result = run_reconciliation(config, date(2026, 1, 5), spark=spark)
+    assert result.status == "empty_day"
+    assert result.diffs == [] and result.ledger_count == 0 and result.compliance_rows == 0
+    assert any("empty day" in note for note in result.notes)
+    assert Path(result.report_html).is_file()
+
+
+def test_a_day_without_streaming_output_is_pending_not_failed(spark, scenario, tmp_path):
+    config = copy_of(scenario, tmp_path)
+    shutil.rmtree(config.output_dir("sensor_windows"))
+    shutil.rmtree(config.data_path("batch_log"))
+    result = run_reconciliation(config, DAY, spark=spark)
+    assert result.status == "passed"
+    assert {d.verdict for d in result.diffs} == {"pending"}
+    assert len(result.diffs) == len(EXPECTED_COMPLIANCE)
+    assert any("no streaming output" in note for note in result.notes)
+    assert compliance_rows(spark, config) == pytest.approx(EXPECTED_COMPLIANCE)
+
+
+def test_what_if_drops_agree_with_a_replay_at_that_delay(spark, scenario, reconciled, tmp_path):
+    result = reconciled.result
+    by_delay = {w.delay_s: w for w in result.what_if}
+    # At the delay the stream ran with (2 minutes), the what-if is the ledger.
+    assert by_delay[120].dropped == len(LATE_EVENTS)
+
+    replayed = scenario_config(
+        tmp_path / "replayed",
+        scenario.replay_root,
+        scenario.ports,
+        scenario.sliding_topic,
+        "sensors.watermark=1 minute",
+    )
+    run_sensor_app(spark, replayed)
+    # Spark's numRowsDroppedByWatermark counts partially aggregated groups, not readings, so the
+    # replay's drops are read from its output: readings in windows it closed minus readings it counted.
+    emitted = spark.read.parquet(replayed.output_dir("sensor_windows")).agg(F.sum("reading_count")).first()[0]
+    still_open = 1  # the 00:30:00 reading: its window is open in both runs
+    replay_dropped = by_delay[60].deliveries - still_open - emitted
+    assert by_delay[60].dropped == replay_dropped == 5
+    assert by_delay[60].dropped_share == pytest.approx(replay_dropped / by_delay[60].deliveries)
+    # The same bookkeeping on the original run (2 minutes) agrees with its own output.
+    original = spark.read.parquet(reconciled.config.output_dir("sensor_windows")).agg(F.sum("reading_count"))
+    assert by_delay[120].dropped == by_delay[120].deliveries - still_open - original.first()[0]
+
+
+def test_kafka_batch_log_ranges_start_where_the_previous_batch_ended(tmp_path):
+    log = tmp_path / "log"
+    (log / "offsets").mkdir(parents=True)
+    (log / "commits").mkdir()
+    (log / "sources" / "0").mkdir(parents=True)
+    # The Kafka source's initial offsets: a zero byte, a version line, then the JSON.
+    (log / "sources" / "0" / "0").write_bytes(b'\x00v1\n{"sensors":{"0":5,"1":0}}')
+    metadata = '{{"batchWatermarkMs":{mark},"batchTimestampMs":1,"conf":{{}}}}'
+    for batch, (mark, ends) in enumerate(
+        [(0, '{"0":8,"1":3}'), (1000, '{"0":8,"1":6}'), (2000, '{"0":9,"1":6}')]
+    ):
+        (log / "offsets" / str(batch)).write_text(f'v1\n{metadata.format(mark=mark)}\n{{"sensors":{ends}}}')
+        if batch < 2:
+            (log / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+    batches = parse_batch_log(log)
+    assert [b.kafka_ranges for b in batches] == [
+        {("sensors", 0): (5, 8), ("sensors", 1): (0, 3)},
+        {("sensors", 1): (3, 6)},
+        {("sensors", 0): (8, 9)},
+    ]
+    assert [b.late_filter_watermark_ms for b in batches] == [0, 0, 1000]
+    assert [b.eviction_watermark_ms for b in batches] == [0, 1000, 2000]
+    assert [b.committed for b in batches] == [True, True, False]
+
+
+def test_recorder_copies_are_idempotent_and_outlive_checkpoint_cleanup(tmp_path):
+    checkpoint, target = tmp_path / "checkpoint", tmp_path / "log"
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "offsets" / "0").write_text('v1\n{"batchWatermarkMs":0}\n{"logOffset":0}')
+    assert copy_checkpoint_logs(checkpoint, target) == 1
+    assert copy_checkpoint_logs(checkpoint, target) == 0
+    (checkpoint / "offsets" / "0").unlink()  # Spark's retention removes old batches
+    assert (target / "offsets" / "0").is_file()
+
+
+def test_what_if_watermarks_follow_sparks_previous_batch_rule():
+    minute = 60_000
+    # Batch maxima 11:30, none (a batch that read nothing), 04:30: the late filter lags one batch.
+    marks = late_watermarks([int(11.5 * minute), None, int(4.5 * minute)], 2 * minute)
+    assert marks == [0, 0, int(9.5 * minute)]
