@@ -7,7 +7,7 @@ export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(BIN)/python
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: help setup lock demo test test-deps up down status standalone-start standalone-stop standalone-status test-fast lint format broker-start broker-stop broker-status bench-ingest clean
+.PHONY: help setup lock demo test test-deps up down status standalone-start standalone-stop standalone-status test-fast lint format broker-start broker-stop broker-status bench-ingest bench-streaming bench-metrics bench-reconcile clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -63,6 +63,15 @@ standalone-status:
 
 bench-ingest: setup  ## ingest benchmark: Kafka->noop, ->parse, ->archive vs kafka-consumer-perf-test
 	$(BIN)/python -m stream_pipelines.benchmarks.ingest
+
+bench-streaming: setup  ## both apps: sustained rate, tuned vs naive, state rows vs watermark delay (BENCH_ARGS=--quick)
+	$(BIN)/python -m stream_pipelines.benchmarks.streaming $(BENCH_ARGS)
+
+bench-metrics: setup  ## sensor app throughput with the Prometheus exporter on and off, same run
+	$(BIN)/python -m stream_pipelines.benchmarks.metrics_overhead $(BENCH_ARGS)
+
+bench-reconcile: setup  ## nightly reconciliation over one day of 10M generated raw events: rows/s, peak memory
+	$(BIN)/python -m stream_pipelines.benchmarks.reconcile $(BENCH_ARGS)
 
 clean:  ## remove local data (broker log, checkpoints, outputs); keeps .venv and the JVM cache
 	-$(BIN)/pipelinectl broker stop

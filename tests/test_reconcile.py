@@ -28,7 +28,13 @@ import pytest
 from pyspark.sql import functions as F
 
 from stream_pipelines.apps import raw_archive, sensor_aggregation
-from stream_pipelines.batch_log import BatchLogRecorder, copy_checkpoint_logs, load_batches, parse_batch_log
+from stream_pipelines.batch_log import (
+    BatchLogRecorder,
+    BatchRecord,
+    copy_checkpoint_logs,
+    load_batches,
+    parse_batch_log,
+)
 from stream_pipelines.config import PipelineConfig
 from stream_pipelines.reconciliation.advisor import late_watermarks
 from stream_pipelines.reconciliation.job import (
@@ -36,6 +42,7 @@ from stream_pipelines.reconciliation.job import (
     UnexplainedDifferences,
     run_reconciliation,
 )
+from stream_pipelines.reconciliation.ledger import with_batches
 from stream_pipelines.reconciliation.settings import compliance_dir
 from tests.conftest import (
     Replay,
@@ -374,3 +381,43 @@ def test_what_if_watermarks_follow_sparks_previous_batch_rule():
     # Batch maxima 11:30, none (a batch that read nothing), 04:30: the late filter lags one batch.
     marks = late_watermarks([int(11.5 * minute), None, int(4.5 * minute)], 2 * minute)
     assert marks == [0, 0, int(9.5 * minute)]
+
+
+def test_each_delivery_meets_exactly_the_batch_whose_offset_range_holds_it(spark):
+    # A backlog batch far wider than the rest, small batches, empty ranges, a gap the log lost (7..9),
+    # two partitions and a replay file: the bucketed join must place every offset as a plain scan would.
+    ranges = {
+        0: {("sensors", 0): (0, 5000), ("sensors", 1): (0, 3)},
+        1: {("sensors", 0): (5000, 5001), ("sensors", 1): (3, 3)},
+        2: {("sensors", 0): (5001, 5004), ("sensors", 1): (3, 7)},
+        4: {("sensors", 1): (9, 12)},
+    }
+    batches = [
+        BatchRecord(batch_id, kafka_ranges=kafka, late_filter_watermark_ms=batch_id * 1000, committed=True)
+        for batch_id, kafka in ranges.items()
+    ] + [BatchRecord(5, files=frozenset({"/replay/a.jsonl"}), late_filter_watermark_ms=5000)]
+    offsets = {0: [0, 1, 2499, 4999, 5000, 5001, 5003, 5004, 9000], 1: [0, 2, 3, 6, 7, 8, 9, 11, 12]}
+    deliveries = spark.createDataFrame(
+        [("sensors", partition, offset, None) for partition, listed in offsets.items() for offset in listed]
+        + [("sensors", 2, 0, "/replay/a.jsonl")],
+        "topic string, partition int, offset long, source_file string",
+    )
+
+    def scanned(partition: int, offset: int) -> int | None:
+        holding = [
+            batch_id
+            for batch_id, kafka in ranges.items()
+            if ("sensors", partition) in kafka
+            and kafka["sensors", partition][0] <= offset < kafka["sensors", partition][1]
+        ]
+        return holding[0] if holding else None
+
+    assigned = {
+        (row["partition"], row["offset"]): (row["batch_id"], row["late_filter_watermark_ms"])
+        for row in with_batches(spark, deliveries, batches).collect()
+    }
+    assert len(assigned) == deliveries.count(), "each delivery appears once"
+    for (partition, offset), (batch_id, watermark) in assigned.items():
+        expected = 5 if partition == 2 else scanned(partition, offset)
+        assert batch_id == expected, f"partition {partition} offset {offset}"
+        assert watermark == (None if expected is None else expected * 1000)

@@ -33,6 +33,10 @@ KAFKA_BATCH_SCHEMA = StructType(
         StructField("committed", BooleanType()),
     ]
 )
+# The batch ranges are cut into buckets of offsets so that each delivery meets only the one or two
+# ranges around its own offset (an equi-join), not every range of its partition: a day of 10 s
+# triggers is ~8,640 ranges per partition. The width keeps the bucket table at about this many rows.
+MAX_RANGE_BUCKETS = 200_000
 FILE_BATCH_SCHEMA = StructType(
     [
         StructField("batch_file", StringType()),
@@ -55,15 +59,26 @@ def with_batches(spark: SparkSession, deliveries: DataFrame, batches: Sequence[B
         (topic, partition, start, end, b.batch_id, b.late_filter_watermark_ms, b.committed)
         for b in batches
         for (topic, partition), (start, end) in b.kafka_ranges.items()
+        # An empty range (a batch with nothing new in that partition) holds no offset.
+        if end > start
     ]
     file_rows = [
         (path, b.batch_id, b.late_filter_watermark_ms, b.committed) for b in batches for path in b.files
     ]
-    kafka_batches = F.broadcast(spark.createDataFrame(kafka_rows, KAFKA_BATCH_SCHEMA))
+    width = range_bucket_width([end - start for _, _, start, end, *_ in kafka_rows])
+    kafka_batches = F.broadcast(
+        spark.createDataFrame(kafka_rows, KAFKA_BATCH_SCHEMA).withColumn(
+            "range_bucket",
+            F.explode(
+                F.sequence(F.floor(F.col("start_offset") / width), F.floor((F.col("end_offset") - 1) / width))
+            ),
+        )
+    )
     file_batches = F.broadcast(spark.createDataFrame(file_rows, FILE_BATCH_SCHEMA))
     in_range = (
         (F.col("topic") == F.col("range_topic"))
         & (F.col("partition") == F.col("range_partition"))
+        & (F.floor(F.col("offset") / width) == F.col("range_bucket"))
         & (F.col("offset") >= F.col("start_offset"))
         & (F.col("offset") < F.col("end_offset"))
     )
@@ -78,6 +93,14 @@ def with_batches(spark: SparkSession, deliveries: DataFrame, batches: Sequence[B
         ),
         F.coalesce("committed", "file_committed", F.lit(False)).alias("committed"),
     )
+
+
+def range_bucket_width(range_lengths: Sequence[int]) -> int:
+    """Offsets per bucket: about one typical range, wide enough that all ranges make few buckets."""
+    if not range_lengths:
+        return 1
+    typical = sorted(range_lengths)[len(range_lengths) // 2]
+    return max(typical, -(-sum(range_lengths) // MAX_RANGE_BUCKETS), 1)
 
 
 def windowed(assigned: DataFrame, window: Duration, slide: Duration | None = None) -> DataFrame:
