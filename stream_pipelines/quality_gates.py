@@ -242,12 +242,10 @@ _WINDOW_DDL = (
 
 
 def _read_or_empty(spark: SparkSession, path: str, ddl: str) -> DataFrame:
-    from pyspark.errors import AnalysisException
+    from stream_pipelines.runtime import read_parquet_or_none
 
-    try:
-        return spark.read.parquet(path)
-    except AnalysisException:
-        return spark.createDataFrame([], ddl)
+    frame = read_parquet_or_none(spark, path)
+    return frame if frame is not None else spark.createDataFrame([], ddl)
 
 
 def enforce(result: GateResult) -> GateResult:

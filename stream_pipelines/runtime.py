@@ -98,6 +98,24 @@ def read_raw(
     return combined
 
 
+def read_parquet_or_none(spark: SparkSession, path: str) -> DataFrame | None:
+    """A Parquet dataset (a file sink's output honours its _spark_metadata), or None if there is none yet.
+
+    Existence is asked of the path's file system first: Spark's own "path does not exist" error comes
+    with a long Java stack trace in the log, which a missing output on a new deployment does not merit.
+    """
+    from pyspark.errors import AnalysisException
+
+    hadoop_path = spark._jvm.org.apache.hadoop.fs.Path(path)  # type: ignore[union-attr]
+    if not hadoop_path.getFileSystem(spark._jsc.hadoopConfiguration()).exists(hadoop_path):  # type: ignore[union-attr]
+        return None
+    try:
+        return spark.read.parquet(path)
+    except AnalysisException:
+        # A folder with nothing readable in it yet (no committed file): no data either.
+        return None
+
+
 def kafka_source_options(config: PipelineConfig, topics: Sequence[TopicSettings]) -> dict[str, str]:
     kafka = config.kafka
     options = {

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -29,6 +30,18 @@ PROMETHEUS_PORT = 9090
 ALERTMANAGER_PORT = 9094
 WEBHOOK_PORT = 9095
 AIRFLOW_USER = "admin"
+# How long `down` lets an app finish its batch in flight before it kills the driver.
+APP_DRAIN_S = 60.0
+# Unpaused by `up`. nightly_reconciliation is left paused: with catchup on, unpausing it on a fresh
+# stack queues a run for every day since its start date, which would hold a 2-core machine for hours.
+UNPAUSED_DAGS = (
+    "supervise_raw_archive",
+    "supervise_sensor_aggregation",
+    "supervise_ad_matching",
+    "pipeline_control",
+    "checkpoint_reset",
+)
+DAG_PARSE_TIMEOUT_S = 180.0
 
 
 @dataclass(frozen=True)
@@ -52,7 +65,8 @@ def airflow_environment(config: PipelineConfig) -> dict[str, str]:
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         # 2 cores: a handful of task slots, not the 32 worker processes of the default.
         "AIRFLOW__CORE__PARALLELISM": "6",
-        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        # `up` unpauses what should run; the nightly stays paused (see UNPAUSED_DAGS).
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{AIRFLOW_USER}:admin",
         "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API__PORT": str(AIRFLOW_PORT),
@@ -176,6 +190,7 @@ def up(config: PipelineConfig) -> int:
         print(
             f"{component.name}: started (pid {process.pid}, log {stack / 'logs' / (component.name + '.log')})"
         )
+    unpause_dags(environment)
     if not shutil.which("prometheus"):
         print("prometheus: not installed (run `make test-deps`); metrics are still served by each app")
     password = _wait_for_password(environment["AIRFLOW_HOME"])
@@ -189,6 +204,45 @@ def up(config: PipelineConfig) -> int:
     print("Controls:       DAG pipeline_control (params app, action)")
     print("`make status` shows what runs; `make down` stops everything.")
     return 0
+
+
+def unpause_dags(environment: dict[str, str]) -> None:
+    """Unpause UNPAUSED_DAGS once the dag-processor has registered them."""
+    airflow = str(Path(sys.executable).parent / "airflow")
+    deadline = time.monotonic() + DAG_PARSE_TIMEOUT_S
+    listed: set[str] = set()
+    while not listed.issuperset(UNPAUSED_DAGS) and time.monotonic() < deadline:
+        found = subprocess.run(
+            [airflow, "dags", "list", "--output", "json"],
+            env=environment,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        with contextlib.suppress(json.JSONDecodeError):
+            listed = {dag["dag_id"] for dag in json.loads(found.stdout or "[]")}
+        if not listed.issuperset(UNPAUSED_DAGS):
+            time.sleep(3)
+    missing = sorted(set(UNPAUSED_DAGS) - listed)
+    if missing:
+        print(
+            f"airflow: {', '.join(missing)} not registered after {DAG_PARSE_TIMEOUT_S:.0f}s; see "
+            "logs/airflow-dag-processor.log, then unpause them in the UI",
+            file=sys.stderr,
+        )
+    ready = sorted(set(UNPAUSED_DAGS) & listed)
+    if ready:
+        pattern = "^(" + "|".join(re.escape(dag_id) for dag_id in ready) + ")$"
+        unpaused = subprocess.run(
+            [airflow, "dags", "unpause", "--treat-dag-id-as-regex", "--yes", pattern],
+            env=environment,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        outcome = "unpaused" if unpaused.returncode == 0 else f"unpause failed: {unpaused.stderr[-500:]}"
+        print(f"dags {', '.join(ready)}: {outcome}")
+    print("dag nightly_reconciliation: left paused (catchup would replay every day since its start date)")
 
 
 def _wait_for_password(home: str, timeout_s: float = 90) -> str | None:
@@ -208,7 +262,7 @@ def down(config: PipelineConfig) -> int:
     from stream_pipelines.broker import LocalBroker
     from stream_pipelines.control import running_app_pids
 
-    # Apps first, gracefully: Airflow would otherwise see their end as a crash and restart them.
+    # Airflow first: it would otherwise see the apps' ends and restart them.
     names = [
         "generator",
         "airflow-scheduler",
@@ -225,13 +279,25 @@ def down(config: PipelineConfig) -> int:
             stop_process_group(pid)
             print(f"{name}: stopped (pid {pid})")
         _pid_file(config, name).unlink(missing_ok=True)
-    for app in APP_NAMES:
-        for pid in running_app_pids(config, app):
-            parent = int(Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[1])
-            for target in (pid, parent):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(target, signal.SIGKILL)
-            print(f"{app}: driver stopped (pid {pid})")
+    # With the supervisors gone nothing restarts the apps: SIGTERM is the apps' graceful stop (finish the
+    # batch in flight, commit, exit 0); a driver still there after the drain time is killed with its
+    # spark-submit parent, which the checkpoint makes safe.
+    drivers = {pid: app for app in APP_NAMES for pid in running_app_pids(config, app)}
+    for pid in drivers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + APP_DRAIN_S
+    while any(_alive(pid) for pid in drivers) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for pid, app in drivers.items():
+        if not _alive(pid):
+            print(f"{app}: stopped gracefully (pid {pid})")
+            continue
+        parent = int(Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[1])
+        for target in (pid, parent):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(target, signal.SIGKILL)
+        print(f"{app}: driver killed after {APP_DRAIN_S:.0f}s without stopping (pid {pid})")
     print("broker: stopped" if LocalBroker(config).stop() else "broker: was not running")
     return 0
 

@@ -122,10 +122,9 @@ def diff_matches(
 
 
 def streaming_matches(spark: SparkSession, path: str, day: str) -> DataFrame | None:
-    from pyspark.errors import AnalysisException
+    from stream_pipelines.runtime import read_parquet_or_none
 
-    try:
-        output = spark.read.parquet(path)
-    except AnalysisException:
+    output = read_parquet_or_none(spark, path)
+    if output is None:
         return None
     return output.where(F.to_date("shown_at").cast("string") == day).select(*MATCH_COLUMNS)

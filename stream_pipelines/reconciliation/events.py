@@ -61,11 +61,10 @@ def arrival_cutoff(day: date, horizon: Duration) -> datetime:
 
 def read_archive(spark: SparkSession, archive_path: str, day: date, horizon: Duration) -> DataFrame:
     """The archived records that arrived between D-1 and D + horizon (an empty frame if none)."""
-    from pyspark.errors import AnalysisException
+    from stream_pipelines.runtime import read_parquet_or_none
 
-    try:
-        archive = spark.read.parquet(archive_path)
-    except AnalysisException:
+    archive = read_parquet_or_none(spark, archive_path)
+    if archive is None:
         # No archive yet (a new deployment) is an empty day, not a crash.
         return spark.createDataFrame([], ARCHIVE_SCHEMA)
     cutoff = arrival_cutoff(day, horizon)

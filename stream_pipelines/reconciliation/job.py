@@ -128,7 +128,7 @@ def run_reconciliation(
         report_dir,
         settings_of,
     )
-    from stream_pipelines.runtime import get_spark
+    from stream_pipelines.runtime import get_spark, read_parquet_or_none
     from stream_pipelines.sensor_metadata import sensor_metadata_frame
 
     started = time.monotonic()
@@ -164,7 +164,7 @@ def run_reconciliation(
         sensors_cfg.window,
     )
     streaming_path = config.output_dir("sensor_windows")
-    streaming = _read_parquet_or_none(spark, streaming_path)
+    streaming = read_parquet_or_none(spark, streaming_path)
     streaming_day = (
         streaming.where(F.to_date("window_start").cast("string") == day_text).select(
             "window_start", "window_end", "sensor_id", *diff.STATS
@@ -373,15 +373,6 @@ def write_day_partition(spark: SparkSession, frame: DataFrame, path: str, day: s
         .parquet(path)
     )
     return rows
-
-
-def _read_parquet_or_none(spark: SparkSession, path: str) -> DataFrame | None:
-    from pyspark.errors import AnalysisException
-
-    try:
-        return spark.read.parquet(path)
-    except AnalysisException:
-        return None
 
 
 def _as_dict(settings: object) -> dict[str, Any]:
