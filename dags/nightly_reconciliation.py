@@ -7,9 +7,20 @@ interval start, or the ``date`` param (YYYY-MM-DD) for a rerun from the UI; reru
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Param, get_current_context, task
+
+# The go-live day: catchup reconciles every day since, and none before (a far-past start on a fresh
+# deployment would queue a run for every day in between). `make up` sets it to the stack's first day.
+START_DATE_VARIABLE = "PIPELINE_NIGHTLY_START_DATE"
+try:
+    start_date = datetime.fromisoformat(os.environ.get(START_DATE_VARIABLE, "2026-01-01"))
+except ValueError as error:
+    raise ValueError(
+        f"{START_DATE_VARIABLE}={os.environ[START_DATE_VARIABLE]!r} is not a YYYY-MM-DD date"
+    ) from error
 
 default_args = {
     "owner": "data-platform",
@@ -21,7 +32,7 @@ with DAG(
     dag_id="nightly_reconciliation",
     description="Exact recompute of day D from the raw archive, diff against the streams, compliance table",
     schedule="@daily",
-    start_date=datetime(2026, 1, 1),
+    start_date=start_date,
     catchup=True,
     max_active_runs=1,
     default_args=default_args,

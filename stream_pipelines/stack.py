@@ -12,13 +12,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from stream_pipelines.config import APP_NAMES, PROJECT_ROOT, PipelineConfig
@@ -32,16 +32,6 @@ WEBHOOK_PORT = 9095
 AIRFLOW_USER = "admin"
 # How long `down` lets an app finish its batch in flight before it kills the driver.
 APP_DRAIN_S = 60.0
-# Unpaused by `up`. nightly_reconciliation is left paused: with catchup on, unpausing it on a fresh
-# stack queues a run for every day since its start date, which would hold a 2-core machine for hours.
-UNPAUSED_DAGS = (
-    "supervise_raw_archive",
-    "supervise_sensor_aggregation",
-    "supervise_ad_matching",
-    "pipeline_control",
-    "checkpoint_reset",
-)
-DAG_PARSE_TIMEOUT_S = 180.0
 
 
 @dataclass(frozen=True)
@@ -65,8 +55,8 @@ def airflow_environment(config: PipelineConfig) -> dict[str, str]:
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         # 2 cores: a handful of task slots, not the 32 worker processes of the default.
         "AIRFLOW__CORE__PARALLELISM": "6",
-        # `up` unpauses what should run; the nightly stays paused (see UNPAUSED_DAGS).
-        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        "PIPELINE_NIGHTLY_START_DATE": nightly_start_date(config),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{AIRFLOW_USER}:admin",
         "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API__PORT": str(AIRFLOW_PORT),
@@ -190,7 +180,6 @@ def up(config: PipelineConfig) -> int:
         print(
             f"{component.name}: started (pid {process.pid}, log {stack / 'logs' / (component.name + '.log')})"
         )
-    unpause_dags(environment)
     if not shutil.which("prometheus"):
         print("prometheus: not installed (run `make test-deps`); metrics are still served by each app")
     password = _wait_for_password(environment["AIRFLOW_HOME"])
@@ -206,43 +195,13 @@ def up(config: PipelineConfig) -> int:
     return 0
 
 
-def unpause_dags(environment: dict[str, str]) -> None:
-    """Unpause UNPAUSED_DAGS once the dag-processor has registered them."""
-    airflow = str(Path(sys.executable).parent / "airflow")
-    deadline = time.monotonic() + DAG_PARSE_TIMEOUT_S
-    listed: set[str] = set()
-    while not listed.issuperset(UNPAUSED_DAGS) and time.monotonic() < deadline:
-        found = subprocess.run(
-            [airflow, "dags", "list", "--output", "json"],
-            env=environment,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        with contextlib.suppress(json.JSONDecodeError):
-            listed = {dag["dag_id"] for dag in json.loads(found.stdout or "[]")}
-        if not listed.issuperset(UNPAUSED_DAGS):
-            time.sleep(3)
-    missing = sorted(set(UNPAUSED_DAGS) - listed)
-    if missing:
-        print(
-            f"airflow: {', '.join(missing)} not registered after {DAG_PARSE_TIMEOUT_S:.0f}s; see "
-            "logs/airflow-dag-processor.log, then unpause them in the UI",
-            file=sys.stderr,
-        )
-    ready = sorted(set(UNPAUSED_DAGS) & listed)
-    if ready:
-        pattern = "^(" + "|".join(re.escape(dag_id) for dag_id in ready) + ")$"
-        unpaused = subprocess.run(
-            [airflow, "dags", "unpause", "--treat-dag-id-as-regex", "--yes", pattern],
-            env=environment,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        outcome = "unpaused" if unpaused.returncode == 0 else f"unpause failed: {unpaused.stderr[-500:]}"
-        print(f"dags {', '.join(ready)}: {outcome}")
-    print("dag nightly_reconciliation: left paused (catchup would replay every day since its start date)")
+def nightly_start_date(config: PipelineConfig) -> str:
+    """The stack's first day, kept across restarts: the nightly DAG catches up from there, no earlier."""
+    recorded = stack_dir(config) / "nightly_start_date"
+    if not recorded.exists():
+        recorded.parent.mkdir(parents=True, exist_ok=True)
+        recorded.write_text(datetime.now(UTC).date().isoformat())
+    return recorded.read_text().strip()
 
 
 def _wait_for_password(home: str, timeout_s: float = 90) -> str | None:

@@ -26,6 +26,8 @@ for dag_id, dag in bag.dags.items():
             for t in dag.tasks
         },
         "max_active_runs": dag.max_active_runs,
+        "start_date": dag.start_date.isoformat() if dag.start_date else None,
+        "catchup": dag.catchup,
         "schedule": str(dag.schedule) if hasattr(dag, "schedule") else None,
     }
 heavy = sorted(m for m in ("pyspark", "pandas", "great_expectations", "matplotlib") if m in sys.modules)
@@ -75,3 +77,17 @@ def test_policy_owner_tags_retries_and_backoff(airflow_env):
         assert run_app["retries"] > 0 and run_app["backoff"] and run_app["backoff"] > 1
         assert run_app["max_retry_delay"] and run_app["max_retry_delay"] > 0
         assert run_app["policy"] == "SupervisorRetryPolicy"
+
+
+def test_the_nightly_catches_up_from_the_configured_go_live_day_only(airflow_env):
+    bag = load_bag({**airflow_env, "PIPELINE_NIGHTLY_START_DATE": "2026-11-02"})
+    nightly = bag["dags"]["nightly_reconciliation"]
+    assert nightly["catchup"] is True
+    assert nightly["start_date"].startswith("2026-11-02T00:00:00")
+
+
+def test_a_bad_go_live_day_is_an_import_error_naming_the_variable(airflow_env):
+    bag = load_bag({**airflow_env, "PIPELINE_NIGHTLY_START_DATE": "last tuesday"})
+    errors = bag["errors"]
+    [error] = [message for path, message in errors.items() if path.endswith("nightly_reconciliation.py")]
+    assert "PIPELINE_NIGHTLY_START_DATE='last tuesday' is not a YYYY-MM-DD date" in error
