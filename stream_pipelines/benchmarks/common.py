@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -329,3 +329,31 @@ def positive_float(text: str) -> float:
 
 def log(message: str) -> None:
     print(f"[{datetime.now(UTC):%H:%M:%S}] {message}", file=sys.stderr, flush=True)
+
+
+def run_main(
+    name: str,
+    run: Callable[[Interrupts], dict[str, Any]],
+    finish: Callable[[dict[str, Any]], int],
+    expected_errors: tuple[type[Exception], ...] = (),
+) -> int:
+    """A benchmark's entry point: ``run`` it with Ctrl-C handled, then ``finish`` prints and saves.
+
+    Exit codes: what ``finish`` returns, 1 for an error the user can act on (said in one line, no
+    traceback), 130 when interrupted.
+    """
+    from stream_pipelines.broker import BrokerError
+    from stream_pipelines.config import ConfigError
+    from stream_pipelines.jvm import JvmSetupError
+
+    interrupts = Interrupts()
+    try:
+        with interrupts.installed():
+            results = run(interrupts)
+    except KeyboardInterrupt:
+        log("interrupted: whatever the benchmark started is stopped and its private data removed")
+        return 130
+    except (BenchmarkError, BrokerError, ConfigError, JvmSetupError, *expected_errors) as error:
+        print(f"{name}: {error}", file=sys.stderr)
+        return 1
+    return finish(results)

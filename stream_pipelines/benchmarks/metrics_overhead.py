@@ -52,6 +52,7 @@ from stream_pipelines.benchmarks.common import (
     positive_float,
     positive_int,
     private_broker,
+    run_main,
     write_results,
 )
 from stream_pipelines.benchmarks.ingest import PARTITIONS, Dataset, produce_dataset
@@ -445,25 +446,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from stream_pipelines.broker import BrokerError
-    from stream_pipelines.config import ConfigError
-    from stream_pipelines.jvm import JvmSetupError
-
     args = build_parser().parse_args(argv)
-    interrupts = Interrupts()
-    try:
-        with interrupts.installed():
-            results = run_benchmark(args, interrupts)
-    except KeyboardInterrupt:
-        log("interrupted: the private broker is stopped and its data removed")
-        return 130
-    except (BenchmarkError, BrokerError, ConfigError, JvmSetupError) as error:
-        print(f"bench-metrics: {error}", file=sys.stderr)
-        return 1
-    print(format_table(results))
-    out = write_results(args.out, results)
-    print(f"results: {out}")
-    return 0
+
+    def finish(results: dict[str, Any]) -> int:
+        print(format_table(results))
+        print(f"results: {write_results(args.out, results)}")
+        return 0
+
+    return run_main("bench-metrics", lambda interrupts: run_benchmark(args, interrupts), finish)
 
 
 if __name__ == "__main__":

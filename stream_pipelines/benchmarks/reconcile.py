@@ -53,6 +53,7 @@ from stream_pipelines.benchmarks.common import (
     log,
     machine_info,
     positive_int,
+    run_main,
     write_results,
 )
 from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
@@ -1232,28 +1233,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from stream_pipelines.config import ConfigError
-    from stream_pipelines.jvm import JvmSetupError
     from stream_pipelines.sensor_metadata import SensorMetadataError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    interrupts = Interrupts()
-    try:
-        with interrupts.installed():
-            if args.phase == PHASE_GENERATE:
-                return generation_main(args, interrupts)
-            results = run_benchmark(args, argv, interrupts)
-    except KeyboardInterrupt:
-        log("interrupted")
-        return 130
-    except (BenchmarkError, ConfigError, JvmSetupError, SensorMetadataError) as error:
-        print(f"bench-reconcile: {error}", file=sys.stderr)
-        return 1
-    print(format_table(results))
-    out = write_results(args.out, results)
-    print(f"results: {out}; report: {results['reconcile']['report_json']}")
-    return 0 if results["valid"] and results["reconcile"]["status"] == "passed" else 1
+
+    def run(interrupts: Interrupts) -> dict[str, Any]:
+        if args.phase == PHASE_GENERATE:
+            # The generation child: its exit code is the whole result.
+            return {"exit_code": generation_main(args, interrupts)}
+        return run_benchmark(args, argv, interrupts)
+
+    def finish(results: dict[str, Any]) -> int:
+        if args.phase == PHASE_GENERATE:
+            return results["exit_code"]
+        print(format_table(results))
+        out = write_results(args.out, results)
+        print(f"results: {out}; report: {results['reconcile']['report_json']}")
+        return 0 if results["valid"] and results["reconcile"]["status"] == "passed" else 1
+
+    return run_main("bench-reconcile", run, finish, (SensorMetadataError,))
 
 
 if __name__ == "__main__":
