@@ -99,11 +99,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             check=True,
             capture_output=True,
         )
+        # Written once here: three dag.test() processes registering the same DAG file at once race on
+        # the dag table's primary key, and the loser's run dies before it starts its app.
+        subprocess.run(
+            [str(Path(sys.executable).parent / "airflow"), "dags", "reserialize"],
+            env=airflow_env,
+            check=True,
+            capture_output=True,
+        )
         for app in APP_NAMES:
             supervisors[app] = _start_supervisor(app, airflow_env)
-        restart_seconds = _kill_and_measure_restart(config)
+        restart_seconds = _kill_and_measure_restart(config, supervisors)
         say("waiting for every app to catch up with the topics")
-        wait_for(lambda: _caught_up(config, records), 900, "the apps to catch up")
+        wait_for(supervised(supervisors, lambda: _caught_up(config, records)), 900, "the apps to catch up")
         time.sleep(3)  # one more trigger, so the last watermark closes what it can
         metrics = {app: _scrape(config, app) for app in APP_NAMES}
 
@@ -161,10 +169,27 @@ def _committed(config: PipelineConfig, app: str, query: str) -> list[int]:
     return sorted(int(p.name) for p in (Path(config.checkpoint_dir(app, query)) / "commits").glob("[0-9]*"))
 
 
-def _kill_and_measure_restart(config: PipelineConfig) -> float:
+def supervised(supervisors: dict[str, subprocess.Popen], condition: Callable[[], bool]) -> Callable[[], bool]:
+    """``condition``, but a supervisor that has ended stops the demo at once, naming its log."""
+
+    def check() -> bool:
+        for app, process in supervisors.items():
+            if process.poll() is not None:
+                raise SystemExit(
+                    f"demo: the supervisor of {app} ended early (exit {process.returncode}); "
+                    f"see {DEMO_ROOT / f'supervise_{app}.log'}"
+                )
+        return condition()
+
+    return check
+
+
+def _kill_and_measure_restart(config: PipelineConfig, supervisors: dict[str, subprocess.Popen]) -> float:
     running = Path(config.data_path("control")) / f"{KILLED_APP}.running.json"
     wait_for(
-        lambda: len(_committed(config, KILLED_APP, "tumbling")) >= 3, 600, f"{KILLED_APP} to commit batches"
+        supervised(supervisors, lambda: len(_committed(config, KILLED_APP, "tumbling")) >= 3),
+        600,
+        f"{KILLED_APP} to commit batches",
     )
     pid = json.loads(running.read_text())["pid"]
     last = _committed(config, KILLED_APP, "tumbling")[-1]
@@ -172,7 +197,7 @@ def _kill_and_measure_restart(config: PipelineConfig) -> float:
     killed_at = time.monotonic()
     os.kill(pid, signal.SIGKILL)
     wait_for(
-        lambda: _committed(config, KILLED_APP, "tumbling")[-1] > last + 1,
+        supervised(supervisors, lambda: _committed(config, KILLED_APP, "tumbling")[-1] > last + 1),
         600,
         f"Airflow to restart {KILLED_APP}",
     )
