@@ -10,17 +10,17 @@ from __future__ import annotations
 import os
 from datetime import datetime, timedelta
 
-from airflow.sdk import DAG, Param, get_current_context, task
+from airflow.sdk import DAG, CronTriggerTimetable, Param, get_current_context, task
 
-# The go-live day: catchup reconciles every day since, and none before (a far-past start on a fresh
-# deployment would queue a run for every day in between). `make up` sets it to the stack's first day.
+# The first event day to reconcile (the go-live day): catchup reconciles every day since, and none
+# before; a far-past default on a fresh deployment would queue a run for every day in between.
+# `make up` sets it to the stack's first day.
 START_DATE_VARIABLE = "PIPELINE_NIGHTLY_START_DATE"
 try:
-    start_date = datetime.fromisoformat(os.environ.get(START_DATE_VARIABLE, "2026-01-01"))
+    first_day = datetime.fromisoformat(os.environ.get(START_DATE_VARIABLE, "2026-01-01"))
 except ValueError as error:
-    raise ValueError(
-        f"{START_DATE_VARIABLE}={os.environ[START_DATE_VARIABLE]!r} is not a YYYY-MM-DD date"
-    ) from error
+    given = os.environ[START_DATE_VARIABLE]
+    raise ValueError(f"{START_DATE_VARIABLE}={given!r} is not a YYYY-MM-DD date") from error
 
 default_args = {
     "owner": "data-platform",
@@ -31,8 +31,10 @@ default_args = {
 with DAG(
     dag_id="nightly_reconciliation",
     description="Exact recompute of day D from the raw archive, diff against the streams, compliance table",
-    schedule="@daily",
-    start_date=start_date,
+    # Airflow 3's cron schedules give a run an empty data interval at its trigger time; the interval
+    # makes the run at midnight cover the day that has just ended, so that day is event day D.
+    schedule=CronTriggerTimetable("0 0 * * *", timezone="UTC", interval=timedelta(days=1)),
+    start_date=first_day + timedelta(days=1),
     catchup=True,
     max_active_runs=1,
     default_args=default_args,

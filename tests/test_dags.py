@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from datetime import datetime
 
 SCRIPT = """
 import json, sys, time
@@ -11,6 +12,7 @@ from airflow.dag_processing.dagbag import DagBag
 started = time.monotonic()  # the DAG files themselves, not Airflow's own import
 bag = DagBag(sys.argv[1])
 elapsed = time.monotonic() - started
+heavy = sorted(m for m in ("pyspark", "pandas", "great_expectations", "matplotlib") if m in sys.modules)
 dags = {}
 for dag_id, dag in bag.dags.items():
     dags[dag_id] = {
@@ -30,7 +32,18 @@ for dag_id, dag in bag.dags.items():
         "catchup": dag.catchup,
         "schedule": str(dag.schedule) if hasattr(dag, "schedule") else None,
     }
-heavy = sorted(m for m in ("pyspark", "pandas", "great_expectations", "matplotlib") if m in sys.modules)
+from airflow.serialization.serialized_objects import DagSerialization
+from airflow.timetables.base import TimeRestriction
+if "nightly_reconciliation" in bag.dags:
+    # The scheduler's view: the DAG as serialized, and the first run its timetable gives.
+    nightly = DagSerialization.from_dict(DagSerialization.to_dict(bag.dags["nightly_reconciliation"]))
+    first = nightly.timetable.next_dagrun_info(
+        last_automated_data_interval=None,
+        restriction=TimeRestriction(earliest=nightly.start_date, latest=None, catchup=True),
+    )
+    dags["nightly_reconciliation"]["first_run"] = {
+        "run_after": first.run_after.isoformat(), "data_interval_start": first.data_interval.start.isoformat()
+    }
 print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "seconds": elapsed,
                   "dags": dags, "heavy": heavy}))
 """
@@ -79,11 +92,17 @@ def test_policy_owner_tags_retries_and_backoff(airflow_env):
         assert run_app["policy"] == "SupervisorRetryPolicy"
 
 
-def test_the_nightly_catches_up_from_the_configured_go_live_day_only(airflow_env):
+def test_the_nightly_reconciles_each_day_after_it_ends_from_the_go_live_day_on(airflow_env):
+    from stream_pipelines.reconciliation.nightly import event_day
+
     bag = load_bag({**airflow_env, "PIPELINE_NIGHTLY_START_DATE": "2026-11-02"})
     nightly = bag["dags"]["nightly_reconciliation"]
     assert nightly["catchup"] is True
-    assert nightly["start_date"].startswith("2026-11-02T00:00:00")
+    first = nightly["first_run"]
+    # The first run starts at midnight after the go-live day, and reconciles the go-live day itself.
+    assert first["run_after"].startswith("2026-11-03T00:00:00")
+    interval_start = datetime.fromisoformat(first["data_interval_start"])
+    assert event_day(None, interval_start, None) == "2026-11-02"
 
 
 def test_a_bad_go_live_day_is_an_import_error_naming_the_variable(airflow_env):
