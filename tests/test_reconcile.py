@@ -421,3 +421,26 @@ def test_each_delivery_meets_exactly_the_batch_whose_offset_range_holds_it(spark
         expected = 5 if partition == 2 else scanned(partition, offset)
         assert batch_id == expected, f"partition {partition} offset {offset}"
         assert watermark == (None if expected is None else expected * 1000)
+
+
+def test_a_stream_match_on_an_event_not_yet_archived_is_pending_not_unexplained(spark):
+    # A live stack: the ad app matched click-late after the nightly read the archive, which lacks it.
+    from stream_pipelines.config import Duration
+    from stream_pipelines.reconciliation.ads import diff_matches
+
+    shown = datetime(2026, 11, 23, 10, 0)
+    pairs = "impression_id string, click_id string, shown_at timestamp"
+    exact = spark.createDataFrame([("imp-a", None, shown), ("imp-b", None, shown)], pairs)
+    streaming = spark.createDataFrame(
+        [("imp-a", "click-late", shown), ("imp-b", "click-known", shown)], pairs
+    )
+    archived = spark.createDataFrame([("imp-a",), ("imp-b",), ("click-known",)], "event_id string")
+    no_drops = spark.createDataFrame([], "event_id string")
+    long_after = int(datetime(2026, 11, 24).timestamp() * 1000)
+
+    diffs = diff_matches(exact, streaming, no_drops, archived, Duration.parse("5 minutes"), long_after)
+    verdicts = {(d.impression_id, d.click_id, d.kind): d.verdict for d in diffs}
+    assert verdicts[("imp-a", "click-late", "wrong_match")] == "pending"
+    assert verdicts[("imp-a", None, "missing_match")] == "pending", "the exact side's unmatched twin"
+    # Both events archived and still not reproduced: that one stays a failure.
+    assert verdicts[("imp-b", "click-known", "wrong_match")] == "unexplained"

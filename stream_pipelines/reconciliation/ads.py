@@ -72,9 +72,15 @@ def diff_matches(
     exact: DataFrame,
     streaming: DataFrame,
     excluded: DataFrame,
+    archived: DataFrame,
     interval: Duration,
     final_watermark_ms: int | None,
 ) -> list[MatchDiff]:
+    """Pairs in one side only, each explained, pending or unexplained.
+
+    ``archived`` holds the event_id of every delivery the archive read has. While the apps run, the
+    stream can match an event that reached Kafka after that read: such a pair is pending, not wrong.
+    """
     key = ["impression_id", "click_key"]
     keyed_exact = exact.withColumn("click_key", F.coalesce("click_id", F.lit(""))).select(
         *key, F.lit(True).alias("in_exact"), "shown_at"
@@ -83,6 +89,7 @@ def diff_matches(
         *key, F.lit(True).alias("in_stream"), F.col("shown_at").alias("stream_shown_at")
     )
     flagged_ids = excluded.select(F.col("event_id").alias("flagged_id"), F.lit(True).alias("flag"))
+    archived_ids = archived.select(F.col("event_id").alias("archived_id")).distinct()
     interval_end_ms = F.unix_millis(F.coalesce("shown_at", "stream_shown_at")) + F.lit(interval.milliseconds)
     differing = (
         keyed_exact.join(keyed_stream, key, "full_outer")
@@ -98,6 +105,17 @@ def diff_matches(
             F.col("click_key") == F.col("flagged_id"),
             "left",
         )
+        .join(
+            archived_ids.withColumn("impression_archived", F.lit(True)),
+            F.col("impression_id") == F.col("archived_id"),
+            "left",
+        )
+        .drop("archived_id")
+        .join(
+            archived_ids.withColumn("click_archived", F.lit(True)),
+            F.col("click_key") == F.col("archived_id"),
+            "left",
+        )
         .withColumn(
             "pending", F.lit(final_watermark_ms is None) | (interval_end_ms > F.lit(final_watermark_ms or 0))
         )
@@ -105,6 +123,15 @@ def diff_matches(
     )
     # An impression the stream wrote unmatched because its click was dropped is explained by that click.
     lost_click = {row["impression_id"] for row in differing if row["in_exact"] and row["click_late"]}
+    # Pairs on an event the archive read does not have yet; the exact side then has the impression
+    # unmatched instead.
+    not_archived = {
+        (row["impression_id"], row["click_key"])
+        for row in differing
+        if row["in_stream"]
+        and not (row["impression_archived"] and (row["click_archived"] or not row["click_key"]))
+    }
+    awaiting_archive = {impression for impression, _ in not_archived}
     diffs = []
     for row in differing:
         kind = MISSING_MATCH if row["in_exact"] else WRONG_MATCH
@@ -113,6 +140,10 @@ def diff_matches(
             verdict, reason = "explained", f"the {side} was dropped by the watermark (in the ledger)"
         elif kind == WRONG_MATCH and not row["click_key"] and row["impression_id"] in lost_click:
             verdict, reason = "explained", "written unmatched: its click was dropped by the watermark"
+        elif (row["impression_id"], row["click_key"]) in not_archived or (
+            kind == MISSING_MATCH and not row["click_key"] and row["impression_id"] in awaiting_archive
+        ):
+            verdict, reason = "pending", "the stream read an event after the archive was read: rerun later"
         elif row["pending"] and kind == MISSING_MATCH:
             verdict, reason = "pending", "the stream's watermark has not passed the impression's interval"
         else:

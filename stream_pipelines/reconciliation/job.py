@@ -246,13 +246,13 @@ def run_reconciliation(
     match_batches = batch_log.load_batches(config, AD_APP, MATCHES_QUERY)
     exact_matches = ads.exact_matches(impressions, clicks, config.ads.match_interval, day_text)
     stream_matches = ads.streaming_matches(spark, config.output_dir("ad_matches"), day_text)
-    excluded = ads.excluded_events(
-        spark, impressions.unionByName(clicks, allowMissingColumns=True), match_batches
-    )
+    ad_deliveries = impressions.unionByName(clicks, allowMissingColumns=True)
+    excluded = ads.excluded_events(spark, ad_deliveries, match_batches)
     match_diffs = ads.diff_matches(
         exact_matches,
         stream_matches if stream_matches is not None else exact_matches.limit(0),
         excluded,
+        ad_deliveries.select("event_id"),
         config.ads.match_interval,
         ledger.final_eviction_watermark_ms(match_batches),
     )
