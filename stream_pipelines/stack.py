@@ -23,7 +23,7 @@ from pathlib import Path
 
 from stream_pipelines.config import APP_NAMES, PROJECT_ROOT, PipelineConfig
 from stream_pipelines.processes import alive as _alive
-from stream_pipelines.processes import stop_process_group
+from stream_pipelines.processes import descendants, stop_process_group, stop_processes
 
 AIRFLOW_PORT = 8080
 PROMETHEUS_PORT = 9090
@@ -232,6 +232,10 @@ def down(config: PipelineConfig) -> int:
         "alertmanager",
         "prometheus",
     ]
+    # Airflow's task workers and their spark-submit children leave the component's process group.
+    started_below = set().union(
+        *(descendants(pid) for name in names if (pid := _recorded_pid(config, name)) and _alive(pid))
+    )
     for name in names:
         pid = _recorded_pid(config, name)
         if pid and _alive(pid):
@@ -257,6 +261,9 @@ def down(config: PipelineConfig) -> int:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(target, signal.SIGKILL)
         print(f"{app}: driver killed after {APP_DRAIN_S:.0f}s without stopping (pid {pid})")
+    leftovers = stop_processes(started_below)
+    if leftovers:
+        print(f"{leftovers} process(es) left behind by Airflow tasks: stopped")
     print("broker: stopped" if LocalBroker(config).stop() else "broker: was not running")
     return 0
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections import deque
 from datetime import date, datetime
 from typing import Any
 
@@ -47,25 +48,33 @@ def gate_raw_events(day: str) -> dict[str, Any]:
 
 
 def reconcile(day: str) -> str:
-    """spark-submit spark_apps/reconcile.py for D; a non-zero exit fails the task with the job's message."""
+    """spark-submit spark_apps/reconcile.py for D; a non-zero exit fails the task with the job's message.
+
+    The job's output goes to the task log line by line as it comes, so the UI shows progress while the
+    job runs, not all at once when it ends.
+    """
     from stream_pipelines.reconciliation.job import submit_command
     from stream_pipelines.submit import submit_environment
 
     config = _config()
-    completed = subprocess.run(
+    verdicts: list[str] = []
+    last_lines: deque[str] = deque(maxlen=40)
+    with subprocess.Popen(
         submit_command(config, date.fromisoformat(day)),
         env=submit_environment(),
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
-        check=False,
-    )
-    sys.stderr.write(completed.stderr[-20_000:])
-    if completed.returncode != 0:
-        messages = [line for line in completed.stderr.splitlines() if line.startswith("reconcile:")]
-        raise RuntimeError(
-            f"reconciliation of {day} exited {completed.returncode}: "
-            f"{messages[-1] if messages else completed.stderr[-2000:]}"
-        )
+    ) as job:
+        assert job.stdout is not None
+        for line in job.stdout:
+            sys.stderr.write(line)
+            last_lines.append(line.rstrip("\n"))
+            if line.startswith("reconcile:"):
+                verdicts.append(line.strip())
+    if job.returncode != 0:
+        detail = verdicts[-1] if verdicts else "\n".join(last_lines)
+        raise RuntimeError(f"reconciliation of {day} exited {job.returncode}: {detail}")
     return day
 
 
