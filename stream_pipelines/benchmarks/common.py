@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from stream_pipelines.config import PipelineConfig, load_config
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
 LOOPBACK = "127.0.0.1"
@@ -329,6 +330,15 @@ def positive_float(text: str) -> float:
 
 def log(message: str) -> None:
     print(f"[{datetime.now(UTC):%H:%M:%S}] {message}", file=sys.stderr, flush=True)
+
+
+def stop_session(spark: SparkSession) -> None:
+    """Stop every query still running, then the session, even when a query's stop fails."""
+    try:
+        for query in spark.streams.active:
+            query.stop()
+    finally:
+        spark.stop()
 
 
 def run_main(

@@ -40,6 +40,7 @@ from stream_pipelines.benchmarks.common import (
     machine_info,
     private_broker,
     run_main,
+    stop_session,
     write_results,
 )
 from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
@@ -345,11 +346,7 @@ def run_benchmark(args: argparse.Namespace, interrupts: Interrupts) -> dict[str,
                     log(f"{name}: {LABELS[path]}: {sample.rows_per_s:,.0f} rows/s ({sample.seconds:.2f}s)")
                     samples.append(sample)
         finally:
-            try:
-                for query in spark.streams.active:
-                    query.stop()
-            finally:
-                spark.stop()
+            stop_session(spark)
         results = build_results(config, args, dataset, samples)
         results["load_average"] = {"before": load_before, "after": load_average()}
         return results

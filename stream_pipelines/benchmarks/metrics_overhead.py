@@ -53,6 +53,7 @@ from stream_pipelines.benchmarks.common import (
     positive_int,
     private_broker,
     run_main,
+    stop_session,
     write_results,
 )
 from stream_pipelines.benchmarks.ingest import PARTITIONS, Dataset, produce_dataset
@@ -285,11 +286,7 @@ def run_benchmark(args: argparse.Namespace, interrupts: Interrupts) -> dict[str,
                 log(f"{name}: {run.rows_per_s:,.0f} rows/s ({run.busy_seconds:.1f}s busy{scraped})")
                 runs.append(run)
         finally:
-            try:
-                for query in spark.streams.active:
-                    query.stop()
-            finally:
-                spark.stop()
+            stop_session(spark)
         results = build_results(config, args, dataset, runs)
         results["load_average"] = {"before": load_before, "after": load_average()}
         return results

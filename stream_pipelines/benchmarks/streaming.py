@@ -77,6 +77,7 @@ from stream_pipelines.benchmarks.common import (
     positive_int,
     private_broker,
     run_main,
+    stop_session,
     write_results,
 )
 from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
@@ -1048,11 +1049,7 @@ def run_benchmark(args: argparse.Namespace, interrupts: Interrupts) -> dict[str,
                     spark, variants[NAIVE], app, NAIVE, shared, profile, interrupts
                 )
         finally:
-            try:
-                for query in spark.streams.active:
-                    query.stop()
-            finally:
-                spark.stop()
+            stop_session(spark)
         results = build_results(config, variants, args, profile, state, searches)
     results["seconds"] = time.monotonic() - started
     results["load_average"] = {"before": load_before, "after": load_average()}
