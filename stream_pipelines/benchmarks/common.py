@@ -341,6 +341,19 @@ def stop_session(spark: SparkSession) -> None:
         spark.stop()
 
 
+def print_and_save(
+    format_table: Callable[[dict[str, Any]], str], out: Path
+) -> Callable[[dict[str, Any]], int]:
+    """The usual ``finish`` for run_main: the table on stdout, the results as JSON at ``out``."""
+
+    def finish(results: dict[str, Any]) -> int:
+        print(format_table(results))
+        print(f"results: {write_results(out, results)}")
+        return 0
+
+    return finish
+
+
 def run_main(
     name: str,
     run: Callable[[Interrupts], dict[str, Any]],

@@ -51,10 +51,10 @@ from stream_pipelines.benchmarks.common import (
     machine_info,
     positive_float,
     positive_int,
+    print_and_save,
     private_broker,
     run_main,
     stop_session,
-    write_results,
 )
 from stream_pipelines.benchmarks.ingest import PARTITIONS, Dataset, produce_dataset
 from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
@@ -445,12 +445,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
 
-    def finish(results: dict[str, Any]) -> int:
-        print(format_table(results))
-        print(f"results: {write_results(args.out, results)}")
-        return 0
-
-    return run_main("bench-metrics", lambda interrupts: run_benchmark(args, interrupts), finish)
+    return run_main(
+        "bench-metrics",
+        lambda interrupts: run_benchmark(args, interrupts),
+        print_and_save(format_table, args.out),
+    )
 
 
 if __name__ == "__main__":
