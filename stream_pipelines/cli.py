@@ -1,6 +1,7 @@
 """pipelinectl: the front door for what people do by hand.
 
     pipelinectl setup-jvm                      resolve the pinned JVM artifacts once (make setup does it)
+    pipelinectl setup-web-assets               fetch the files Data Docs load, once (make setup does it)
     pipelinectl broker start|stop|status       the local single-node KRaft broker (+ topics on start)
     pipelinectl topics                         create the configured topics (idempotent) on any cluster
     pipelinectl produce ...                    generate events to Kafka or to JSON-lines files
@@ -67,6 +68,11 @@ def _build_parser() -> argparse.ArgumentParser:
         return sub
 
     command("setup-jvm", _setup_jvm, "check Java 17+ and resolve the pinned JVM artifacts into .cache/jvm")
+    command(
+        "setup-web-assets",
+        _setup_web_assets,
+        "fetch the pinned scripts and styles Data Docs load into .cache/web, so they open offline",
+    )
 
     broker = command("broker", _broker, "start, stop or show the local Kafka broker")
     broker.add_argument("action", choices=["start", "stop", "status"])
@@ -147,6 +153,17 @@ def _setup_jvm(config: PipelineConfig, args: argparse.Namespace) -> int:
             print(f"{bundle}: {len(jvm.jars(bundle))} jars in {folder}")
     except jvm.JvmSetupError as error:
         raise UserFacingError(str(error)) from None
+    return 0
+
+
+def _setup_web_assets(config: PipelineConfig, args: argparse.Namespace) -> int:
+    from stream_pipelines import data_docs_assets
+
+    try:
+        folders = data_docs_assets.fetch_all()
+    except data_docs_assets.WebAssetError as error:
+        raise UserFacingError(str(error)) from None
+    print(f"{len(folders)} web asset packages in {data_docs_assets.cache_root()}")
     return 0
 
 

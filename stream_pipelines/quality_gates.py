@@ -4,7 +4,8 @@ Suites: the raw events of day D (the archive rows the job reads), the streaming 
 and the compliance table's D partition. Policy: an expectation with severity "critical" failing fails
 the gate (QualityGateFailed); a "warning" is reported and does not. Quarantine counts by reason come
 with the raw gate. Validations run through a file Data Context under ``<data_root>/gx`` with a Spark
-dataframe data source on the caller's session, and every run rebuilds the local Data Docs site.
+dataframe data source on the caller's session, and every run rebuilds the local Data Docs site, which
+then loads its scripts and styles from vendored copies (data_docs_assets), so it opens offline.
 """
 
 from __future__ import annotations
@@ -131,6 +132,7 @@ def validate(
     """Run one suite over a Spark DataFrame through a Checkpoint that also updates the Data Docs."""
     import great_expectations as gx
 
+    from stream_pipelines.data_docs_assets import localize
     from stream_pipelines.reconciliation.settings import gx_dir
 
     context = gx.get_context(mode="file", project_root_dir=gx_dir(config))
@@ -153,6 +155,9 @@ def validate(
         )
     )
     outcome = checkpoint.run(batch_parameters={"dataframe": frame}, run_id=None)
+    data_docs = _docs_index(context)
+    if data_docs:
+        localize(Path(data_docs.removeprefix("file://")).parent)
     critical, warnings, evaluated = [], [], 0
     for suite_result in outcome.run_results.values():
         for result in suite_result.results:
@@ -175,7 +180,7 @@ def validate(
         evaluated=evaluated,
         critical_failures=critical,
         warnings=warnings,
-        data_docs=_docs_index(context),
+        data_docs=data_docs,
     )
 
 

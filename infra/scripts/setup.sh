@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Idempotent setup: .venv from requirements.lock, this package (editable), the pinned JVM artifacts.
+# Idempotent setup: .venv from requirements.lock, this package (editable), the pinned JVM artifacts,
+# and the pinned scripts and styles Great Expectations' Data Docs load (so they open offline).
 # Needs only Python 3.11 and Java 17+; each step is skipped when its inputs have not changed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -35,4 +36,5 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; 
 fi
 
 .venv/bin/pipelinectl setup-jvm >/dev/null
-echo "setup: ready (.venv, JVM artifacts in .cache/jvm)"
+.venv/bin/pipelinectl setup-web-assets >/dev/null
+echo "setup: ready (.venv, JVM artifacts in .cache/jvm, Data Docs assets in .cache/web)"
