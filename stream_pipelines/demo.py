@@ -27,6 +27,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from stream_pipelines.config import APP_NAMES, PROJECT_ROOT, PipelineConfig, load_config
+from stream_pipelines.stack import migrate_airflow_db
 
 DEMO_ROOT = PROJECT_ROOT / "data" / "demo"
 DEMO_OVERRIDES = (
@@ -93,12 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         airflow_env = _airflow_environment(overrides)
         say("Airflow: migrating a SQLite metadata DB, then running the three supervisor DAGs (dag.test)")
-        subprocess.run(
-            [str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
-            env=airflow_env,
-            check=True,
-            capture_output=True,
-        )
+        failure = migrate_airflow_db(airflow_env)
+        if failure:
+            raise SystemExit(f"demo: `airflow db migrate` failed:\n{failure}")
         # Written once here: three dag.test() processes registering the same DAG file at once race on
         # the dag table's primary key, and the loser's run dies before it starts its app.
         subprocess.run(
@@ -366,11 +364,13 @@ def _report(
 
 def _reconcile(config: PipelineConfig, spark, records: list):
     """The nightly job over the demo's event day(s), without Airflow, and its summary."""
-    from stream_pipelines.reconciliation.job import run_reconciliation
+    from stream_pipelines.reconciliation.job import progress_printer, run_reconciliation
 
     days = sorted({r.event_time.date() for r in records if r.event_time is not None})
     say(f"nightly reconciliation over event day {days[-1]} (exact recompute from the raw archive)")
-    result = run_reconciliation(config, days[-1], spark=spark, fail_on_unexplained=False)
+    result = run_reconciliation(
+        config, days[-1], spark=spark, fail_on_unexplained=False, progress=progress_printer()
+    )
     verdicts: dict[str, int] = {}
     for diff in [*result.diffs, *result.match_diffs]:
         verdicts[diff.verdict] = verdicts.get(diff.verdict, 0) + 1

@@ -30,6 +30,8 @@ PROMETHEUS_PORT = 9090
 ALERTMANAGER_PORT = 9094
 WEBHOOK_PORT = 9095
 AIRFLOW_USER = "admin"
+# Read by dags/nightly_reconciliation.py when it is parsed: the first event day to reconcile.
+NIGHTLY_START_DATE_VARIABLE = "PIPELINE_NIGHTLY_START_DATE"
 # How long `down` lets an app finish its batch in flight before it kills the driver.
 APP_DRAIN_S = 60.0
 
@@ -44,7 +46,7 @@ def stack_dir(config: PipelineConfig) -> Path:
     return Path(config.data_path("control")).parent / "stack"
 
 
-def airflow_environment(config: PipelineConfig) -> dict[str, str]:
+def airflow_environment(config: PipelineConfig, port: int = AIRFLOW_PORT) -> dict[str, str]:
     home = stack_dir(config) / "airflow"
     bin_dir = str(Path(sys.executable).parent)
     return {
@@ -56,12 +58,12 @@ def airflow_environment(config: PipelineConfig) -> dict[str, str]:
         # 2 cores: a handful of task slots, not the 32 worker processes of the default.
         "AIRFLOW__CORE__PARALLELISM": "6",
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-        "PIPELINE_NIGHTLY_START_DATE": nightly_start_date(config),
+        NIGHTLY_START_DATE_VARIABLE: nightly_start_date(config),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{AIRFLOW_USER}:admin",
         "AIRFLOW__API__HOST": "127.0.0.1",
-        "AIRFLOW__API__PORT": str(AIRFLOW_PORT),
-        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{AIRFLOW_PORT}",
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{AIRFLOW_PORT}/execution/",
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
         "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
@@ -70,16 +72,20 @@ def airflow_environment(config: PipelineConfig) -> dict[str, str]:
     }
 
 
-def components(config: PipelineConfig) -> list[Component]:
-    bin_dir = Path(sys.executable).parent
-    airflow = str(bin_dir / "airflow")
-    found = [
-        Component(
-            "airflow-api-server", [airflow, "api-server", "--host", "127.0.0.1", "--port", str(AIRFLOW_PORT)]
-        ),
+def airflow_components(port: int = AIRFLOW_PORT) -> list[Component]:
+    airflow = str(Path(sys.executable).parent / "airflow")
+    return [
+        Component("airflow-api-server", [airflow, "api-server", "--host", "127.0.0.1", "--port", str(port)]),
         Component("airflow-scheduler", [airflow, "scheduler"]),
         Component("airflow-dag-processor", [airflow, "dag-processor"]),
         Component("airflow-triggerer", [airflow, "triggerer"]),
+    ]
+
+
+def components(config: PipelineConfig) -> list[Component]:
+    bin_dir = Path(sys.executable).parent
+    found = [
+        *airflow_components(),
         Component(
             "generator",
             [
@@ -94,8 +100,10 @@ def components(config: PipelineConfig) -> list[Component]:
                 "5",
                 "--ad-rate",
                 "2",
+                # Event ids are "<kind>-<seed>-<n>": a fixed seed would give a restarted stack the ids
+                # of the events it already produced today, and the nightly would count them as one.
                 "--seed",
-                "1",
+                str(int(time.time())),
             ],
         ),
     ]
@@ -145,44 +153,25 @@ def _recorded_pid(config: PipelineConfig, name: str) -> int | None:
 def up(config: PipelineConfig) -> int:
     from stream_pipelines.broker import LocalBroker, ensure_topics
 
-    stack = stack_dir(config)
-    (stack / "logs").mkdir(parents=True, exist_ok=True)
     print(LocalBroker(config).start().describe())
     for topic, outcome in ensure_topics(config).items():
         print(f"topic {topic}: {outcome}")
     environment = airflow_environment(config)
-    migrate = subprocess.run(
-        [str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
-        env=environment,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if migrate.returncode != 0:
-        print(migrate.stderr[-3000:], file=sys.stderr)
+    failure = migrate_airflow_db(environment)
+    if failure:
+        print(failure, file=sys.stderr)
         return 1
     for component in components(config):
         pid = _recorded_pid(config, component.name)
         if pid and _alive(pid):
             print(f"{component.name}: already running (pid {pid})")
             continue
-        log = (stack / "logs" / f"{component.name}.log").open("ab")
-        process = subprocess.Popen(
-            component.command,
-            env=environment,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            cwd=PROJECT_ROOT,
-        )
-        _pid_file(config, component.name).write_text(str(process.pid))
-        print(
-            f"{component.name}: started (pid {process.pid}, log {stack / 'logs' / (component.name + '.log')})"
-        )
+        pid = start_component(config, component, environment)
+        log = stack_dir(config) / "logs" / f"{component.name}.log"
+        print(f"{component.name}: started (pid {pid}, log {log})")
     if not shutil.which("prometheus"):
         print("prometheus: not installed (run `make test-deps`); metrics are still served by each app")
-    password = _wait_for_password(environment["AIRFLOW_HOME"])
+    password = airflow_admin_password(environment["AIRFLOW_HOME"])
     login = password or f"see {environment['AIRFLOW_HOME']}/simple_auth_manager_passwords.json.generated"
     print()
     print(f"Airflow UI:     http://127.0.0.1:{AIRFLOW_PORT}  (login {AIRFLOW_USER} / {login})")
@@ -195,6 +184,36 @@ def up(config: PipelineConfig) -> int:
     return 0
 
 
+def migrate_airflow_db(environment: dict[str, str]) -> str | None:
+    """Create or upgrade Airflow's metadata DB; the error output when that fails."""
+    migrate = subprocess.run(
+        [str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return None if migrate.returncode == 0 else migrate.stderr[-3000:] or migrate.stdout[-3000:]
+
+
+def start_component(config: PipelineConfig, component: Component, environment: dict[str, str]) -> int:
+    """Start one component in its own process group, logging to <stack>/logs; its pid."""
+    logs = stack_dir(config) / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    with (logs / f"{component.name}.log").open("ab") as log:
+        process = subprocess.Popen(
+            component.command,
+            env=environment,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=PROJECT_ROOT,
+        )
+    _pid_file(config, component.name).write_text(str(process.pid))
+    return process.pid
+
+
 def nightly_start_date(config: PipelineConfig) -> str:
     """The stack's first day, kept across restarts: the nightly DAG catches up from there, no earlier."""
     recorded = stack_dir(config) / "nightly_start_date"
@@ -204,7 +223,8 @@ def nightly_start_date(config: PipelineConfig) -> str:
     return recorded.read_text().strip()
 
 
-def _wait_for_password(home: str, timeout_s: float = 90) -> str | None:
+def airflow_admin_password(home: str, timeout_s: float = 90) -> str | None:
+    """The generated password of the UI's admin user, once the api-server has written it."""
     generated = Path(home) / "simple_auth_manager_passwords.json.generated"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -232,16 +252,7 @@ def down(config: PipelineConfig) -> int:
         "alertmanager",
         "prometheus",
     ]
-    # Airflow's task workers and their spark-submit children leave the component's process group.
-    started_below = set().union(
-        *(descendants(pid) for name in names if (pid := _recorded_pid(config, name)) and _alive(pid))
-    )
-    for name in names:
-        pid = _recorded_pid(config, name)
-        if pid and _alive(pid):
-            stop_process_group(pid)
-            print(f"{name}: stopped (pid {pid})")
-        _pid_file(config, name).unlink(missing_ok=True)
+    started_below = stop_components(config, names)
     # With the supervisors gone nothing restarts the apps: SIGTERM is the apps' graceful stop (finish the
     # batch in flight, commit, exit 0); a driver still there after the drain time is killed with its
     # spark-submit parent, which the checkpoint makes safe.
@@ -266,6 +277,24 @@ def down(config: PipelineConfig) -> int:
         print(f"{leftovers} process(es) left behind by Airflow tasks: stopped")
     print("broker: stopped" if LocalBroker(config).stop() else "broker: was not running")
     return 0
+
+
+def stop_components(config: PipelineConfig, names: list[str]) -> set[int]:
+    """Stop each named component's process group; the pids that were below them, some still running.
+
+    Airflow's task workers and their spark-submit children leave the component's process group, so
+    the caller stops those too, once nothing would restart them.
+    """
+    started_below = set().union(
+        *(descendants(pid) for name in names if (pid := _recorded_pid(config, name)) and _alive(pid))
+    )
+    for name in names:
+        pid = _recorded_pid(config, name)
+        if pid and _alive(pid):
+            stop_process_group(pid)
+            print(f"{name}: stopped (pid {pid})")
+        _pid_file(config, name).unlink(missing_ok=True)
+    return started_below
 
 
 def status(config: PipelineConfig) -> int:

@@ -191,6 +191,7 @@ def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     import os
 
     from stream_pipelines.config import PROJECT_ROOT
+    from stream_pipelines.stack import migrate_airflow_db
 
     home = tmp_path_factory.mktemp("airflow-home")
     environment = {
@@ -202,14 +203,8 @@ def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
         "PYTHONPATH": str(PROJECT_ROOT),
     }
-    migrate = subprocess.run(
-        [str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
-        env=environment,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert migrate.returncode == 0, migrate.stderr[-3000:]
+    failure = migrate_airflow_db(environment)
+    assert failure is None, failure
     return environment
 
 

@@ -444,3 +444,55 @@ def test_a_stream_match_on_an_event_not_yet_archived_is_pending_not_unexplained(
     assert verdicts[("imp-a", None, "missing_match")] == "pending", "the exact side's unmatched twin"
     # Both events archived and still not reproduced: that one stays a failure.
     assert verdicts[("imp-b", "click-known", "wrong_match")] == "unexplained"
+
+
+def test_windows_closed_after_the_stream_read_past_the_archive_are_not_checked_against_it():
+    from stream_pipelines.reconciliation.ledger import archived_eviction_watermark_ms
+
+    def batch(batch_id: int, ends: tuple[int, int], watermark: int, committed: bool = True) -> BatchRecord:
+        starts = (0, 0) if batch_id == 0 else (ends[0] - 10, ends[1] - 10)
+        return BatchRecord(
+            batch_id=batch_id,
+            kafka_ranges={("sensors", p): (starts[p], ends[p]) for p in (0, 1)},
+            eviction_watermark_ms=watermark,
+            committed=committed,
+        )
+
+    batches = [batch(0, (10, 10), 100), batch(1, (20, 20), 200), batch(2, (30, 30), 300)]
+    # The archive holds partition 0 up to offset 29, partition 1 only up to 24: batch 2 read past it.
+    assert archived_eviction_watermark_ms(batches, {("sensors", 0): 30, ("sensors", 1): 25}) == 200
+    assert archived_eviction_watermark_ms(batches, {("sensors", 0): 30, ("sensors", 1): 30}) == 300
+    # A partition the archive read has no row of (read only before its arrival days) constrains nothing.
+    assert archived_eviction_watermark_ms(batches, {("sensors", 0): 30}) == 300
+    assert archived_eviction_watermark_ms(batches, {("sensors", 0): 5}) is None
+    uncommitted_last = [*batches[:2], batch(2, (30, 30), 300, committed=False)]
+    assert archived_eviction_watermark_ms(uncommitted_last, {("sensors", 0): 99, ("sensors", 1): 99}) == 200
+
+
+def test_a_stream_window_with_events_not_yet_archived_is_pending_and_archived_ones_stay_unexplained():
+    from stream_pipelines.reconciliation import diff
+    from stream_pipelines.reconciliation.settings import Tolerances
+
+    figures = {"reading_count": 3, "avg_temperature": 20.0, "max_temperature": 30.0, "min_temperature": 10.0}
+    row = {
+        "window_start": datetime(2026, 11, 23, 10, 0),
+        "window_end": datetime(2026, 11, 23, 10, 5),
+        "sensor_id": "sensor-0001",
+        "closed_by_stream": True,
+        "exact_present": True,
+        **{f"exact_{k}": v for k, v in figures.items()},
+        "model_present": True,
+        **{f"model_{k}": v for k, v in figures.items()},
+        "streaming_present": True,
+        **{f"streaming_{k}": v for k, v in figures.items()},
+        "streaming_reading_count": 4,  # one reading the archive read does not have
+    }
+    tolerances = Tolerances()
+
+    awaiting = diff.classify({**row, "archived_for_stream": False}, tolerances)
+    assert (awaiting.kind, awaiting.verdict) == (diff.DIFFERENT, diff.PENDING)
+    assert "rerun later" in awaiting.reasons[0]
+    archived = diff.classify({**row, "archived_for_stream": True}, tolerances)
+    assert (archived.kind, archived.verdict) == (diff.DIFFERENT, diff.UNEXPLAINED)
+    extra = diff.classify({**row, "exact_present": None, "archived_for_stream": False}, tolerances)
+    assert (extra.kind, extra.verdict) == (diff.EXTRA, diff.PENDING)

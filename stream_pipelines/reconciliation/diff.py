@@ -113,6 +113,9 @@ def classify(row: dict[str, Any], tolerances: Tolerances) -> WindowDiff:
     """The verdict for one differing window (see the module docstring).
 
     ``closed_by_stream``: the window ends at or before the watermark of the stream's last committed batch.
+    ``archived_for_stream``: it ends at or before the watermark of the last committed batch whose every
+    read is in the archive read (ledger.archived_eviction_watermark_ms); past that, a stream row with
+    events the archive does not have yet is pending, not wrong.
     """
     figures = {
         side: {stat: row.get(f"{side}_{stat}") for stat in STATS} if row.get(f"{side}_present") else {}
@@ -134,12 +137,14 @@ def classify(row: dict[str, Any], tolerances: Tolerances) -> WindowDiff:
         return _diff(
             row, MISSING, UNEXPLAINED, ("the stream closed this window but wrote no row for it",), figures
         )
-    if not figures["exact"]:
-        if figures["model"] and _figures_close(figures["model"], figures["streaming"], tolerances):
-            return _diff(row, EXTRA, EXPLAINED, tuple(evidence), figures)
-        return _diff(row, EXTRA, UNEXPLAINED, ("no archived event belongs to this window",), figures)
+    kind = DIFFERENT if figures["exact"] else EXTRA
     if figures["model"] and _figures_close(figures["model"], figures["streaming"], tolerances):
-        return _diff(row, DIFFERENT, EXPLAINED, tuple(evidence), figures)
+        return _diff(row, kind, EXPLAINED, tuple(evidence), figures)
+    if not row.get("archived_for_stream"):
+        reason = "the stream read events the archive did not hold yet when the job read it: rerun later"
+        return _diff(row, kind, PENDING, (reason,), figures)
+    if not figures["exact"]:
+        return _diff(row, EXTRA, UNEXPLAINED, ("no archived event belongs to this window",), figures)
     mismatch = [
         f"{stat}: streaming {figures['streaming'][stat]} vs exact {figures['exact'][stat]}"
         f" (ledger-adjusted {figures['model'].get(stat)})"

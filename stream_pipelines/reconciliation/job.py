@@ -11,7 +11,7 @@ import argparse
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -114,8 +114,12 @@ def run_reconciliation(
     spark: SparkSession | None = None,
     settings: ReconciliationSettings | None = None,
     fail_on_unexplained: bool = True,
+    progress: Callable[[str], None] = lambda step: None,
 ) -> ReconciliationResult:
-    """Reconcile event day ``day``; raises UnexplainedDifferences (after writing the report) on failure."""
+    """Reconcile event day ``day``; raises UnexplainedDifferences (after writing the report) on failure.
+
+    ``progress`` hears each step as it starts, for a log that shows where a long run is.
+    """
     from pyspark.sql import functions as F
 
     from stream_pipelines import batch_log
@@ -139,6 +143,7 @@ def run_reconciliation(
     on_day = F.col("event_date") == day_text
 
     archive_path = config.data_path("archive")
+    progress(f"reading the archive for {day_text} and the batch logs")
     archive = events.read_archive(spark, archive_path, day, settings.late_horizon).persist()
     sensor_deliveries = events.deliveries(archive, topics.sensors.name, SENSOR_READING, config).persist()
 
@@ -148,6 +153,7 @@ def run_reconciliation(
     # Compared inside Spark (never as Python datetimes, which PySpark renders in the local zone).
     final_watermark = F.timestamp_millis(F.lit(final_ms if final_ms is not None else -1))
 
+    progress("exact recompute, ledger model and window-by-window diff of the sensor windows")
     # Exact recompute: one delivery per event, the streaming app's own aggregation, no watermark.
     exact = tumbling_window_stats(
         events.first_deliveries(sensor_deliveries.where(on_day)), sensors_cfg.window
@@ -176,10 +182,25 @@ def run_reconciliation(
         F.count(F.when(F.col("ledger_status") == ledger.DROPPED, 1)).alias("dropped_deliveries"),
         (F.count(F.lit(1)) - F.countDistinct("event_id")).alias("duplicate_deliveries"),
     )
+    archived_ends = {
+        (topics.sensors.name, int(row["partition"])): int(row["end"])
+        # Rows archived from replay files have no Kafka coordinates.
+        for row in archive.where((F.col("topic") == topics.sensors.name) & F.col("offset").isNotNull())
+        .groupBy("partition")
+        .agg((F.max("offset") + 1).alias("end"))
+        .collect()
+    }
+    verified_ms = ledger.archived_eviction_watermark_ms(tumbling_batches, archived_ends)
     compared = (
         diff.compare_windows(exact, streaming_day, model, evidence)
+        .withColumn("closed_by_stream", closed)
         .withColumn(
-            "closed_by_stream", F.lit(final_ms is not None) & (F.col("window_end") <= final_watermark)
+            "archived_for_stream",
+            F.lit(verified_ms is not None)
+            & (
+                F.col("window_end")
+                <= F.timestamp_millis(F.lit(verified_ms if verified_ms is not None else -1))
+            ),
         )
         .persist()
     )
@@ -202,6 +223,9 @@ def run_reconciliation(
         },
     }
 
+    progress(
+        f"{window_counts['exact_windows']} exact windows, {len(diffs)} differ; building the late-event ledger"
+    )
     # The ledger: tumbling pairs and sliding pairs the watermark excluded.
     sliding_assigned = ledger.with_batches(spark, sensor_deliveries, sliding_batches)
     sliding_pairs = ledger.windowed(sliding_assigned, sensors_cfg.sliding_window, sensors_cfg.slide)
@@ -226,6 +250,7 @@ def run_reconciliation(
         r["ledger_status"]: int(r["count"]) for r in pairs.groupBy("ledger_status").count().collect()
     }
 
+    progress(f"{ledger_count} ledger pairs; delay analysis per topic")
     # Delay analysis and the what-if (one Spark job per figure, all topics at once).
     typed_topics = (
         (topics.sensors, SENSOR_READING),
@@ -241,6 +266,7 @@ def run_reconciliation(
         [topic.name for topic, _ in typed_topics],
     )
     quarantine = events.quarantine_counts(archive, typed_topics, config)
+    progress("ad matches: exact join and diff against the stream")
     # Ad matches: exact join, diff against the stream, attributed with the dedup late filter.
     impressions, clicks = all_deliveries[1], all_deliveries[2]
     match_batches = batch_log.load_batches(config, AD_APP, MATCHES_QUERY)
@@ -256,6 +282,7 @@ def run_reconciliation(
         config.ads.match_interval,
         ledger.final_eviction_watermark_ms(match_batches),
     )
+    progress(f"{len(match_diffs)} match diffs; watermark advisor and what-if")
     sensor_delay = delay_stats[0]
     recommended = advisor.recommended_watermark_s(sensor_delay.p99_s, settings.watermark_margin)
     what_if = advisor.what_if(
@@ -319,6 +346,7 @@ def run_reconciliation(
     ]
     status = "failed" if unexplained else ("empty_day" if day_deliveries == 0 else "passed")
 
+    progress(f"status {status}: writing the ledger, the compliance table and the report")
     outputs = {"ledger": ledger_dir(config), "report_dir": report_dir(config, day_text)}
     write_day_partition(spark, ledger_frame, ledger_dir(config), day_text)
     compliance_rows = 0
@@ -421,7 +449,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{APP}: {error}", file=sys.stderr)
         return EXIT_BAD_CONFIG
     try:
-        result = run_reconciliation(config, args.date)
+        result = run_reconciliation(config, args.date, progress=progress_printer())
     except UnexplainedDifferences as failure:
         print(f"{APP}: {failure}", file=sys.stderr)
         return EXIT_UNEXPLAINED
@@ -431,6 +459,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def progress_printer() -> Callable[[str], None]:
+    """Steps as "reconcile progress [elapsed]: step" lines on stderr, as they start."""
+    started = time.monotonic()
+
+    def say(step: str) -> None:
+        print(f"{APP} progress [{time.monotonic() - started:.0f}s]: {step}", file=sys.stderr, flush=True)
+
+    return say
 
 
 def submit_command(config: PipelineConfig, day: date, overrides: Sequence[str] = ()) -> list[str]:

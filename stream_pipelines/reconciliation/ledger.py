@@ -148,6 +148,30 @@ def ledger_rows(windowed_deliveries: DataFrame, query: str) -> DataFrame:
     )
 
 
+def archived_eviction_watermark_ms(
+    batches: Sequence[BatchRecord], archived_ends: dict[tuple[str, int], int]
+) -> int | None:
+    """The watermark the last committed batch emitted with, among the batches before the first one that
+    read an offset the archive read does not hold.
+
+    While the apps run, the stream can read events the archive app has not written yet (or that the
+    job's archive read missed); a window emitted after such a read cannot be checked against the
+    archive until a later run. ``archived_ends`` is, per (topic, partition), one past the highest
+    archived offset; a partition the archive read has no row of constrains nothing (the stream's reads
+    of it are then from before the archive read's arrival days).
+    """
+    verified = None
+    for batch in sorted(batches, key=lambda b: b.batch_id):
+        if any(
+            coordinate in archived_ends and end > archived_ends[coordinate]
+            for coordinate, (_, end) in batch.kafka_ranges.items()
+        ):
+            break
+        if batch.committed:
+            verified = max(batch.eviction_watermark_ms, verified or batch.eviction_watermark_ms)
+    return verified
+
+
 def final_eviction_watermark_ms(batches: Sequence[BatchRecord]) -> int | None:
     """The watermark the last committed batch emitted with: windows ending at or before it are final."""
     committed = [b.eviction_watermark_ms for b in batches if b.committed]

@@ -7,13 +7,19 @@ quality gates run in the task's own process on a local session.
 
 from __future__ import annotations
 
+import logging
+import re
 import subprocess
-import sys
 from collections import deque
 from datetime import date, datetime
 from typing import Any
 
 from stream_pipelines.config import PipelineConfig, load_config
+
+log = logging.getLogger(__name__)
+# log4j's default console layout: "yy/MM/dd HH:mm:ss LEVEL logger: message".
+_SPARK_LOG_LEVEL = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (ERROR|WARN|INFO|DEBUG|TRACE) ")
+_LEVELS = {"ERROR": logging.ERROR, "WARN": logging.WARNING}
 
 
 def event_day(
@@ -47,11 +53,18 @@ def gate_raw_events(day: str) -> dict[str, Any]:
     return quality_gates.enforce(result).as_json()
 
 
+def _job_line_level(line: str) -> int:
+    """The logging level of a line of spark-submit output: Spark's own, else INFO."""
+    spark_level = _SPARK_LOG_LEVEL.match(line)
+    return _LEVELS.get(spark_level.group(1), logging.INFO) if spark_level else logging.INFO
+
+
 def reconcile(day: str) -> str:
     """spark-submit spark_apps/reconcile.py for D; a non-zero exit fails the task with the job's message.
 
     The job's output goes to the task log line by line as it comes, so the UI shows progress while the
-    job runs, not all at once when it ends.
+    job runs, not all at once when it ends; each line keeps Spark's own level, so its INFO chatter does
+    not show as errors.
     """
     from stream_pipelines.reconciliation.job import submit_command
     from stream_pipelines.submit import submit_environment
@@ -68,7 +81,7 @@ def reconcile(day: str) -> str:
     ) as job:
         assert job.stdout is not None
         for line in job.stdout:
-            sys.stderr.write(line)
+            log.log(_job_line_level(line), line.rstrip())
             last_lines.append(line.rstrip("\n"))
             if line.startswith("reconcile:"):
                 verdicts.append(line.strip())
