@@ -250,6 +250,8 @@ def test_a_run_triggered_like_the_ui_does_succeeds_and_streams_the_job_into_the_
         assert verdicts and all(line["level"] == "info" for line in verdicts), (
             "the job's summary is in the log"
         )
+        steps = [line for line in lines if str(line["event"]).startswith("reconcile progress [")]
+        assert len(steps) >= 5, "the job's steps reach the task log as they start"
         spark_info = [line for line in lines if " INFO " in str(line["event"])[:30]]
         assert spark_info and all(line["level"] == "info" for line in spark_info), (
             "Spark INFO is not an error"
