@@ -57,7 +57,7 @@ class NpmPackage:
 
     @property
     def tarball_url(self) -> str:
-        return f"{REGISTRY}/{self.name}/-/{self.name.rsplit('/', 1)[-1]}-{self.version}.tgz"
+        return f"{REGISTRY}/{self.name}/-/{self.folder}.tgz"
 
 
 def _package(name: str, version: str, integrity: str, *keep: str) -> NpmPackage:

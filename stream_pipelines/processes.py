@@ -23,10 +23,8 @@ def alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except (FileNotFoundError, IndexError):
-        return False
+    fields = _stat_fields(pid)
+    return bool(fields) and fields[0] != "Z"
 
 
 def stop_process_group(pid: int, timeout_s: float = 20.0) -> None:
@@ -47,6 +45,21 @@ def stop_process_group(pid: int, timeout_s: float = 20.0) -> None:
             return
 
 
+def _stat_fields(pid: int) -> list[str]:
+    """/proc/<pid>/stat after the command name (state, ppid, ...); empty once the process is gone."""
+    try:
+        # The command name in parentheses may hold spaces and ")"; the fields after it do not.
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
+    except OSError:
+        return []
+
+
+def parent_pid(pid: int) -> int | None:
+    """The parent of a live process, from /proc; None once it is gone."""
+    fields = _stat_fields(pid)
+    return int(fields[1]) if len(fields) > 1 else None
+
+
 def descendants(pid: int) -> set[int]:
     """Every process below ``pid`` now, found through /proc parent links.
 
@@ -57,11 +70,9 @@ def descendants(pid: int) -> set[int]:
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        try:
-            parent = int((entry / "stat").read_text().split(")")[-1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(parent, []).append(int(entry.name))
+        parent = parent_pid(int(entry.name))
+        if parent is not None:
+            children.setdefault(parent, []).append(int(entry.name))
     found: set[int] = set()
     pending = [pid]
     while pending:

@@ -23,15 +23,14 @@ from pathlib import Path
 
 from stream_pipelines.config import APP_NAMES, PROJECT_ROOT, PipelineConfig
 from stream_pipelines.processes import alive as _alive
-from stream_pipelines.processes import descendants, stop_process_group, stop_processes
+from stream_pipelines.processes import descendants, parent_pid, stop_process_group, stop_processes
+from stream_pipelines.reconciliation.nightly import START_DATE_VARIABLE
 
 AIRFLOW_PORT = 8080
 PROMETHEUS_PORT = 9090
 ALERTMANAGER_PORT = 9094
 WEBHOOK_PORT = 9095
 AIRFLOW_USER = "admin"
-# Read by dags/nightly_reconciliation.py when it is parsed: the first event day to reconcile.
-NIGHTLY_START_DATE_VARIABLE = "PIPELINE_NIGHTLY_START_DATE"
 # How long `down` lets an app finish its batch in flight before it kills the driver.
 APP_DRAIN_S = 60.0
 
@@ -58,7 +57,7 @@ def airflow_environment(config: PipelineConfig, port: int = AIRFLOW_PORT) -> dic
         # 2 cores: a handful of task slots, not the 32 worker processes of the default.
         "AIRFLOW__CORE__PARALLELISM": "6",
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-        NIGHTLY_START_DATE_VARIABLE: nightly_start_date(config),
+        START_DATE_VARIABLE: nightly_start_date(config),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{AIRFLOW_USER}:admin",
         "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API__PORT": str(port),
@@ -267,10 +266,10 @@ def down(config: PipelineConfig) -> int:
         if not _alive(pid):
             print(f"{app}: stopped gracefully (pid {pid})")
             continue
-        parent = int(Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[1])
-        for target in (pid, parent):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(target, signal.SIGKILL)
+        for target in (pid, parent_pid(pid)):
+            if target is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(target, signal.SIGKILL)
         print(f"{app}: driver killed after {APP_DRAIN_S:.0f}s without stopping (pid {pid})")
     leftovers = stop_processes(started_below)
     if leftovers:

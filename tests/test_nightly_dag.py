@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 from stream_pipelines import stack
 from stream_pipelines.config import PROJECT_ROOT
 from stream_pipelines.processes import stop_processes
-from stream_pipelines.reconciliation.nightly import event_day
+from stream_pipelines.reconciliation.nightly import START_DATE_VARIABLE, event_day
 from tests.conftest import free_port, make_overrides_config, pipeline_environment
 
 DAG_FILE = PROJECT_ROOT / "dags" / "nightly_reconciliation.py"
@@ -206,7 +206,7 @@ def test_a_run_triggered_like_the_ui_does_succeeds_and_streams_the_job_into_the_
         # The streaming supervisors stay paused (no broker here); the test unpauses the nightly DAG.
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
         # No scheduled run may start while the test runs, even across midnight.
-        stack.NIGHTLY_START_DATE_VARIABLE: (datetime.now(UTC).date() + timedelta(days=1)).isoformat(),
+        START_DATE_VARIABLE: (datetime.now(UTC).date() + timedelta(days=1)).isoformat(),
     }
     assert stack.migrate_airflow_db(environment) is None
     started = [component.name for component in stack.airflow_components(port)[:3]]

@@ -38,6 +38,8 @@ from stream_pipelines.benchmarks.common import (
     load_average,
     log,
     machine_info,
+    non_negative_int,
+    positive_int,
     print_and_save,
     private_broker,
     run_main,
@@ -445,20 +447,6 @@ def format_table(results: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------- entry point
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     from stream_pipelines.apps.common import add_config_arguments
 
@@ -469,16 +457,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--events",
-        type=_positive,
+        type=positive_int,
         default=DEFAULT_EVENTS,
         help="records to produce and read (default: 1000000)",
     )
     parser.add_argument(
-        "--repeats", type=_positive, default=DEFAULT_REPEATS, help="measured rounds (default: 3)"
+        "--repeats", type=positive_int, default=DEFAULT_REPEATS, help="measured rounds (default: 3)"
     )
     parser.add_argument(
         "--warmup",
-        type=_non_negative,
+        type=non_negative_int,
         default=1,
         help="unmeasured rounds first, to warm up the JVMs (default: 1)",
     )

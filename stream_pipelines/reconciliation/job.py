@@ -21,7 +21,7 @@ from stream_pipelines.apps.common import EXIT_BAD_CONFIG, add_config_arguments, 
 from stream_pipelines.config import PROJECT_ROOT, ConfigError, PipelineConfig
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from stream_pipelines.reconciliation.ads import MatchDiff
     from stream_pipelines.reconciliation.advisor import DelayStats, WhatIf
@@ -150,8 +150,6 @@ def run_reconciliation(
     tumbling_batches = batch_log.load_batches(config, SENSOR_APP, TUMBLING_QUERY)
     sliding_batches = batch_log.load_batches(config, SENSOR_APP, SLIDING_QUERY)
     final_ms = ledger.final_eviction_watermark_ms(tumbling_batches)
-    # Compared inside Spark (never as Python datetimes, which PySpark renders in the local zone).
-    final_watermark = F.timestamp_millis(F.lit(final_ms if final_ms is not None else -1))
 
     progress("exact recompute, ledger model and window-by-window diff of the sensor windows")
     # Exact recompute: one delivery per event, the streaming app's own aggregation, no watermark.
@@ -164,7 +162,7 @@ def run_reconciliation(
         F.to_date("window_start").cast("string") == day_text
     )
     # What the stream should have written, given the ledger: duplicates included, dropped rows out.
-    closed = F.lit(final_ms is not None) & (F.col("window_end") <= final_watermark)
+    closed = _window_ends_by(final_ms)
     model = tumbling_window_stats(
         pairs.where((F.col("ledger_status") == ledger.ACCEPTED) & F.col("committed") & closed),
         sensors_cfg.window,
@@ -194,14 +192,7 @@ def run_reconciliation(
     compared = (
         diff.compare_windows(exact, streaming_day, model, evidence)
         .withColumn("closed_by_stream", closed)
-        .withColumn(
-            "archived_for_stream",
-            F.lit(verified_ms is not None)
-            & (
-                F.col("window_end")
-                <= F.timestamp_millis(F.lit(verified_ms if verified_ms is not None else -1))
-            ),
-        )
+        .withColumn("archived_for_stream", _window_ends_by(verified_ms))
         .persist()
     )
     differing = [r.asDict() for r in diff.differing_rows(compared, settings.tolerances).collect()]
@@ -459,6 +450,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def _window_ends_by(watermark_ms: int | None) -> Column:
+    """window_end at or before a watermark; false when there is none yet.
+
+    Compared inside Spark, never as Python datetimes, which PySpark renders in the local zone.
+    """
+    from pyspark.sql import functions as F
+
+    if watermark_ms is None:
+        return F.lit(False)
+    return F.col("window_end") <= F.timestamp_millis(F.lit(watermark_ms))
 
 
 def progress_printer() -> Callable[[str], None]:

@@ -8,6 +8,7 @@ quality gates run in the task's own process on a local session.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import subprocess
 from collections import deque
@@ -17,9 +18,23 @@ from typing import Any
 from stream_pipelines.config import PipelineConfig, load_config
 
 log = logging.getLogger(__name__)
+# The first event day to reconcile (the go-live day): catchup reconciles every day since, and none
+# before; a far-past default on a fresh deployment would queue a run for every day in between.
+# `make up` sets it to the stack's first day.
+START_DATE_VARIABLE = "PIPELINE_NIGHTLY_START_DATE"
+DEFAULT_FIRST_DAY = "2026-01-01"
 # log4j's default console layout: "yy/MM/dd HH:mm:ss LEVEL logger: message".
 _SPARK_LOG_LEVEL = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (ERROR|WARN|INFO|DEBUG|TRACE) ")
 _LEVELS = {"ERROR": logging.ERROR, "WARN": logging.WARNING}
+
+
+def first_event_day() -> datetime:
+    """The go-live day from the environment, read when the DAG is parsed; a bad value names the variable."""
+    given = os.environ.get(START_DATE_VARIABLE, DEFAULT_FIRST_DAY)
+    try:
+        return datetime.fromisoformat(given)
+    except ValueError as error:
+        raise ValueError(f"{START_DATE_VARIABLE}={given!r} is not a YYYY-MM-DD date") from error
 
 
 def event_day(
