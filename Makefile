@@ -53,25 +53,25 @@ status:  ## what runs, and each app's state (running, stopped, paused, crash-loo
 	$(BIN)/pipelinectl status
 
 standalone-start: setup  ## a Spark standalone master + worker on localhost (then --set spark.master=spark://127.0.0.1:7077)
-	$(BIN)/python -m stream_pipelines.standalone start
+	$(BIN)/python -m stream_pipelines.devtools.standalone start
 
 standalone-stop:
-	$(BIN)/python -m stream_pipelines.standalone stop
+	$(BIN)/python -m stream_pipelines.devtools.standalone stop
 
 standalone-status:
-	$(BIN)/python -m stream_pipelines.standalone status
+	$(BIN)/python -m stream_pipelines.devtools.standalone status
 
 bench-ingest: setup  ## ingest benchmark: Kafka->noop, ->parse, ->archive vs kafka-consumer-perf-test
-	$(BIN)/python -m stream_pipelines.benchmarks.ingest
+	$(BIN)/python -m stream_pipelines.devtools.benchmarks.ingest
 
 bench-streaming: setup  ## both apps: sustained rate, tuned vs naive, state rows vs watermark delay (BENCH_ARGS=--quick)
-	$(BIN)/python -m stream_pipelines.benchmarks.streaming $(BENCH_ARGS)
+	$(BIN)/python -m stream_pipelines.devtools.benchmarks.streaming $(BENCH_ARGS)
 
 bench-metrics: setup  ## sensor app throughput with the Prometheus exporter on and off, same run
-	$(BIN)/python -m stream_pipelines.benchmarks.metrics_overhead $(BENCH_ARGS)
+	$(BIN)/python -m stream_pipelines.devtools.benchmarks.metrics_overhead $(BENCH_ARGS)
 
 bench-reconcile: setup  ## nightly reconciliation over one day of 10M generated raw events: rows/s, peak memory
-	$(BIN)/python -m stream_pipelines.benchmarks.reconcile $(BENCH_ARGS)
+	$(BIN)/python -m stream_pipelines.devtools.benchmarks.reconcile $(BENCH_ARGS)
 
 clean:  ## remove local data (broker log, checkpoints, outputs); keeps .venv and the JVM cache
 	-$(BIN)/pipelinectl broker stop

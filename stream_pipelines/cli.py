@@ -169,7 +169,8 @@ def _setup_web_assets(config: PipelineConfig, args: argparse.Namespace) -> int:
 
 def _broker(config: PipelineConfig, args: argparse.Namespace) -> int:
     from stream_pipelines import jvm
-    from stream_pipelines.broker import BrokerError, LocalBroker, ensure_topics
+    from stream_pipelines.devtools.broker import BrokerError, LocalBroker
+    from stream_pipelines.topics import ensure_topics
 
     if not config.broker.manage_local:
         raise UserFacingError(
@@ -193,7 +194,7 @@ def _broker(config: PipelineConfig, args: argparse.Namespace) -> int:
 def _topics(config: PipelineConfig, args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
 
-    from stream_pipelines.broker import ensure_topics
+    from stream_pipelines.topics import ensure_topics
 
     try:
         for topic, outcome in ensure_topics(config).items():
@@ -209,7 +210,7 @@ def scenario_from_args(config: PipelineConfig, args: argparse.Namespace):
     """The generator's ScenarioSpec for `produce` options; topic names and partitions come from config."""
     import dataclasses
 
-    from stream_pipelines import generator
+    from stream_pipelines.devtools import generator
 
     topics = config.kafka.topics
     mix_overrides = {
@@ -256,7 +257,7 @@ def scenario_from_args(config: PipelineConfig, args: argparse.Namespace):
 
 
 def _produce(config: PipelineConfig, args: argparse.Namespace) -> int:
-    from stream_pipelines import generator
+    from stream_pipelines.devtools import generator
 
     spec = scenario_from_args(config, args)
     records = generator.generate(spec)
@@ -340,25 +341,25 @@ def _reconcile(config: PipelineConfig, args: argparse.Namespace) -> int:
 
 
 def _status(config: PipelineConfig, args: argparse.Namespace) -> int:
-    from stream_pipelines import stack
+    from stream_pipelines.devtools import stack
 
     return stack.status(config)
 
 
 def _up(config: PipelineConfig, args: argparse.Namespace) -> int:
-    from stream_pipelines import stack
+    from stream_pipelines.devtools import stack
 
     return stack.up(config)
 
 
 def _down(config: PipelineConfig, args: argparse.Namespace) -> int:
-    from stream_pipelines import stack
+    from stream_pipelines.devtools import stack
 
     return stack.down(config)
 
 
 def _demo(config: PipelineConfig, args: argparse.Namespace) -> int:
-    from stream_pipelines import demo
+    from stream_pipelines.devtools import demo
 
     return demo.main(args.overrides)
 

@@ -56,7 +56,7 @@ def make_overrides_config(overrides: list[str]) -> PipelineConfig:
 @pytest.fixture(scope="session")
 def broker(session_root: Path, broker_ports: tuple[int, int]) -> Iterator[PipelineConfig]:
     """A real single-node KRaft broker on loopback for the whole session; yields its config."""
-    from stream_pipelines.broker import LocalBroker
+    from stream_pipelines.devtools.broker import LocalBroker
 
     config = config_for(session_root / "broker-root", broker_ports)
     local = LocalBroker(config)
@@ -191,7 +191,7 @@ def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     import os
 
     from stream_pipelines.config import PROJECT_ROOT
-    from stream_pipelines.stack import migrate_airflow_db
+    from stream_pipelines.devtools.stack import migrate_airflow_db
 
     home = tmp_path_factory.mktemp("airflow-home")
     environment = {

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from stream_pipelines import generator
 from stream_pipelines.apps import sensor_aggregation
 from stream_pipelines.config import DEFAULT_CONF_DIR
+from stream_pipelines.devtools import generator
 from stream_pipelines.runtime import run_streams
 from tests.conftest import (
     Replay,

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from stream_pipelines.generator import (
+from stream_pipelines.devtools.generator import (
     BURST,
     DUPLICATE,
     LATE_BEYOND,
@@ -37,7 +37,7 @@ from stream_pipelines.generator import (
     write_jsonl,
     write_sensor_metadata,
 )
-from stream_pipelines.partitioning import kafka_default_partition, murmur2, to_positive
+from stream_pipelines.devtools.partitioning import kafka_default_partition, murmur2, to_positive
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DELAY_KINDS = (ON_TIME, LATE_WITHIN, LATE_BEYOND)

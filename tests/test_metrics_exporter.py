@@ -23,7 +23,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from stream_pipelines.config import PipelineConfig, load_config
-from stream_pipelines.generator import format_ts
+from stream_pipelines.devtools.generator import format_ts
 from stream_pipelines.metrics import (
     METRICS,
     MetricsExporter,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from stream_pipelines import generator
+from stream_pipelines.devtools import generator
 from stream_pipelines.parsing import (
     CLICK,
     IMPRESSION,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from stream_pipelines import generator
-from stream_pipelines.broker import ensure_topics
+from stream_pipelines.devtools import generator
+from stream_pipelines.topics import ensure_topics
 from tests.conftest import make_overrides_config, run_app, wait_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]

@@ -36,7 +36,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
-from stream_pipelines.partitioning import kafka_default_partition
+from stream_pipelines.devtools.partitioning import kafka_default_partition
 
 __all__ = [
     "ABSURD_TS_YEARS",

@@ -39,7 +39,8 @@ from http.client import HTTPException
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stream_pipelines.benchmarks.common import (
+from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
+from stream_pipelines.devtools.benchmarks.common import (
     BenchmarkError,
     Interrupts,
     Summary,
@@ -56,8 +57,7 @@ from stream_pipelines.benchmarks.common import (
     run_main,
     stop_session,
 )
-from stream_pipelines.benchmarks.ingest import PARTITIONS, Dataset, produce_dataset
-from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
+from stream_pipelines.devtools.benchmarks.ingest import PARTITIONS, Dataset, produce_dataset
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -406,7 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
     from stream_pipelines.apps.common import add_config_arguments
 
     parser = argparse.ArgumentParser(
-        prog="python -m stream_pipelines.benchmarks.metrics_overhead",
+        prog="python -m stream_pipelines.devtools.benchmarks.metrics_overhead",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -22,8 +22,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from stream_pipelines.config import APP_NAMES, PROJECT_ROOT, PipelineConfig
-from stream_pipelines.processes import alive as _alive
-from stream_pipelines.processes import descendants, parent_pid, stop_process_group, stop_processes
+from stream_pipelines.devtools.processes import alive as _alive
+from stream_pipelines.devtools.processes import descendants, parent_pid, stop_process_group, stop_processes
 from stream_pipelines.reconciliation.nightly import START_DATE_VARIABLE
 
 AIRFLOW_PORT = 8080
@@ -150,7 +150,8 @@ def _recorded_pid(config: PipelineConfig, name: str) -> int | None:
 
 
 def up(config: PipelineConfig) -> int:
-    from stream_pipelines.broker import LocalBroker, ensure_topics
+    from stream_pipelines.devtools.broker import LocalBroker
+    from stream_pipelines.topics import ensure_topics
 
     print(LocalBroker(config).start().describe())
     for topic, outcome in ensure_topics(config).items():
@@ -237,8 +238,8 @@ def airflow_admin_password(home: str, timeout_s: float = 90) -> str | None:
 
 
 def down(config: PipelineConfig) -> int:
-    from stream_pipelines.broker import LocalBroker
     from stream_pipelines.control import running_app_pids
+    from stream_pipelines.devtools.broker import LocalBroker
 
     # Airflow first: it would otherwise see the apps' ends and restart them.
     names = [
@@ -297,8 +298,8 @@ def stop_components(config: PipelineConfig, names: list[str]) -> set[int]:
 
 
 def status(config: PipelineConfig) -> int:
-    from stream_pipelines.broker import LocalBroker
     from stream_pipelines.control import app_status, running_app_pids
+    from stream_pipelines.devtools.broker import LocalBroker
 
     print(LocalBroker(config).status().describe())
     for component in components(config):

@@ -63,7 +63,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stream_pipelines.benchmarks.common import (
+from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
+from stream_pipelines.devtools.benchmarks.common import (
     BenchmarkError,
     Interrupts,
     await_queries,
@@ -80,13 +81,12 @@ from stream_pipelines.benchmarks.common import (
     stop_session,
     write_results,
 )
-from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-    from stream_pipelines.generator import Record, ScenarioSpec
+    from stream_pipelines.devtools.generator import Record, ScenarioSpec
     from stream_pipelines.runtime import StreamSink
 
 DEFAULT_OUT = PROJECT_ROOT / "data" / "bench" / "streaming.json"
@@ -230,7 +230,7 @@ def write_state_stream(
     folder: Path, config: PipelineConfig, keys: int, batch_s: int, span_s: int
 ) -> list[Path]:
     """``span_s`` seconds of on-time readings, one per sensor per second, one file per batch."""
-    from stream_pipelines import generator
+    from stream_pipelines.devtools import generator
 
     slide_s = int(config.sensors.slide.seconds)
     # Starts on a slide boundary, a day back: old event times are fine for the file source, whose
@@ -422,7 +422,7 @@ class PacedProducer:
         self._thread.join(timeout=150)
 
     def _spec(self, events_per_s: float, seed: int, start: datetime) -> ScenarioSpec:
-        from stream_pipelines import generator
+        from stream_pipelines.devtools import generator
 
         topics = self.config.kafka.topics
         sensors = self.app == SENSOR_APP
@@ -446,14 +446,14 @@ class PacedProducer:
 
     def _records_per_event(self) -> float:
         """Records per logical event (duplicates, malformed extras, clicks per impression)."""
-        from stream_pipelines import generator
+        from stream_pipelines.devtools import generator
 
         rate, seconds = 200.0, 120.0
         sample = replace(self._spec(rate, SEED_BASE, datetime.now(UTC)), duration_s=seconds)
         return sum(1 for _ in generator.iter_generate(sample)) / (rate * seconds)
 
     def _run(self) -> None:
-        from stream_pipelines import generator
+        from stream_pipelines.devtools import generator
 
         segment = 0
         try:
@@ -1322,7 +1322,7 @@ def build_parser() -> argparse.ArgumentParser:
     from stream_pipelines.apps.common import add_config_arguments
 
     parser = argparse.ArgumentParser(
-        prog="python -m stream_pipelines.benchmarks.streaming",
+        prog="python -m stream_pipelines.devtools.benchmarks.streaming",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

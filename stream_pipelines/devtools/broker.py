@@ -2,7 +2,8 @@
 
 Runs the Maven Central jars (infra/jvm/kafka-broker.ivy.xml) with the machine's Java. Its log lives
 under ``<data_root>/<paths.broker>`` so committed events survive a restart. Topics are created
-idempotently from config; in production the same ``ensure_topics`` points at the real cluster.
+idempotently from config by ``stream_pipelines.topics.ensure_topics``, which production points at the
+real cluster.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stream_pipelines import jvm
-from stream_pipelines.config import PipelineConfig, TopicSettings
-from stream_pipelines.processes import alive as _alive
+from stream_pipelines.config import PipelineConfig
+from stream_pipelines.devtools.processes import alive as _alive
 
 LISTEN_HOST = "127.0.0.1"
 
@@ -227,49 +228,6 @@ class LocalBroker:
             return "\n".join(self.output_file.read_text(errors="replace").splitlines()[-lines:])
         except FileNotFoundError:
             return "(no output)"
-
-
-def ensure_topics(config: PipelineConfig, timeout_s: float = 30.0) -> dict[str, str]:
-    """Create the configured topics, or grow their partitions; returns what was done per topic."""
-    from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
-
-    admin = AdminClient(config.kafka_client_config())
-    existing = admin.list_topics(timeout=timeout_s).topics
-    outcome: dict[str, str] = {}
-    to_create: list[TopicSettings] = []
-    for topic in config.kafka.topics.all():
-        if topic.name not in existing:
-            to_create.append(topic)
-            continue
-        current = len(existing[topic.name].partitions)
-        if current < topic.partitions:
-            admin.create_partitions([NewPartitions(topic.name, topic.partitions)])[topic.name].result(
-                timeout_s
-            )
-            outcome[topic.name] = f"grown from {current} to {topic.partitions} partitions"
-        elif current > topic.partitions:
-            outcome[topic.name] = (
-                f"exists with {current} partitions, more than the configured {topic.partitions} "
-                "(Kafka cannot shrink a topic; left as it is)"
-            )
-        else:
-            outcome[topic.name] = f"exists ({current} partitions)"
-    if to_create:
-        futures = admin.create_topics(
-            [
-                NewTopic(
-                    topic.name,
-                    num_partitions=topic.partitions,
-                    config={"cleanup.policy": "compact"} if topic.compacted else {},
-                )
-                for topic in to_create
-            ],
-            operation_timeout=timeout_s,
-        )
-        for topic in to_create:
-            futures[topic.name].result(timeout_s)
-            outcome[topic.name] = f"created ({topic.partitions} partitions)"
-    return outcome
 
 
 def _kafka_cluster_id() -> str:

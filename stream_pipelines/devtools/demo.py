@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from stream_pipelines.config import APP_NAMES, PROJECT_ROOT, PipelineConfig, load_config
-from stream_pipelines.stack import migrate_airflow_db
+from stream_pipelines.devtools.stack import migrate_airflow_db
 
 DEMO_ROOT = PROJECT_ROOT / "data" / "demo"
 DEMO_OVERRIDES = (
@@ -63,8 +63,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     overrides = [*DEMO_OVERRIDES, *(argv or [])]
     config = load_config("local", overrides)
 
-    from stream_pipelines import generator
-    from stream_pipelines.broker import LocalBroker, ensure_topics
+    from stream_pipelines.devtools import generator
+    from stream_pipelines.devtools.broker import LocalBroker
+    from stream_pipelines.topics import ensure_topics
 
     broker = LocalBroker(config)
     broker.stop()

@@ -63,7 +63,8 @@ def private_broker(
     nothing can aim the run at a shared broker or the user's data). The broker is stopped and the data
     root deleted on the way out, whether the body finished, raised or was interrupted.
     """
-    from stream_pipelines.broker import LocalBroker, ensure_topics
+    from stream_pipelines.devtools.broker import LocalBroker
+    from stream_pipelines.topics import ensure_topics
 
     data_root = Path(tempfile.mkdtemp(prefix=prefix))
     broker: LocalBroker | None = None
@@ -373,8 +374,8 @@ def run_main(
     Exit codes: what ``finish`` returns, 1 for an error the user can act on (said in one line, no
     traceback), 130 when interrupted.
     """
-    from stream_pipelines.broker import BrokerError
     from stream_pipelines.config import ConfigError
+    from stream_pipelines.devtools.broker import BrokerError
     from stream_pipelines.jvm import JvmSetupError
 
     interrupts = Interrupts()

@@ -7,7 +7,7 @@ under ``home``. Nothing about the apps changes: point them at the cluster by con
 
     pipelinectl run raw_archive --set spark.master=spark://127.0.0.1:7077
 
-Use it as a context manager (tests), or from the shell (``python -m stream_pipelines.standalone
+Use it as a context manager (tests), or from the shell (``python -m stream_pipelines.devtools.standalone
 start|stop|status``, state under ``data/standalone``), where ``stop`` finds the daemons by their pid
 files and ``status`` by the ``cluster.json`` that ``start`` leaves. Port 0 means "pick a free loopback
 port" (tests); the shell defaults are 7077 for the master, 8090 for its web UI and 8091+ for the
@@ -317,7 +317,7 @@ def _reaped(pid: int) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m stream_pipelines.standalone",
+        prog="python -m stream_pipelines.devtools.standalone",
         description="start, stop or show a Spark standalone master + workers on 127.0.0.1",
     )
     parser.add_argument("action", choices=["start", "stop", "status"])

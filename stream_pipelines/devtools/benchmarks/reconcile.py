@@ -45,7 +45,8 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.types import LongType, StructField, StructType
 
-from stream_pipelines.benchmarks.common import (
+from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
+from stream_pipelines.devtools.benchmarks.common import (
     BenchmarkError,
     Interrupts,
     derive_config,
@@ -56,7 +57,6 @@ from stream_pipelines.benchmarks.common import (
     run_main,
     write_results,
 )
-from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -894,7 +894,7 @@ def prepare_data_root(root: Path) -> None:
         shutil.rmtree(root)
     root.mkdir(parents=True)
     (root / MARKER).write_text(
-        "data of python -m stream_pipelines.benchmarks.reconcile; deleted by each run\n"
+        "data of python -m stream_pipelines.devtools.benchmarks.reconcile; deleted by each run\n"
     )
 
 
@@ -911,7 +911,7 @@ def run_generation_child(argv: Sequence[str]) -> float:
     command = [
         sys.executable,
         "-m",
-        "stream_pipelines.benchmarks.reconcile",
+        "stream_pipelines.devtools.benchmarks.reconcile",
         *argv,
         "--phase",
         PHASE_GENERATE,
@@ -1184,7 +1184,7 @@ def build_parser() -> argparse.ArgumentParser:
     from stream_pipelines.apps.common import add_config_arguments
 
     parser = argparse.ArgumentParser(
-        prog="python -m stream_pipelines.benchmarks.reconcile",
+        prog="python -m stream_pipelines.devtools.benchmarks.reconcile",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -31,7 +31,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stream_pipelines.benchmarks.common import (
+from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
+from stream_pipelines.devtools.benchmarks.common import (
     BenchmarkError,
     Interrupts,
     Summary,
@@ -45,12 +46,11 @@ from stream_pipelines.benchmarks.common import (
     run_main,
     stop_session,
 )
-from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from stream_pipelines.generator import Record
+    from stream_pipelines.devtools.generator import Record
 
 APP = "bench_ingest"
 DEFAULT_OUT = PROJECT_ROOT / "data" / "bench" / "ingest.json"
@@ -109,7 +109,7 @@ class Dataset:
 
 def produce_dataset(config: PipelineConfig, events: int, interrupts: Interrupts) -> Dataset:
     """Write exactly ``events`` generator sensor readings to the sensors topic, in delivery order."""
-    from stream_pipelines import generator
+    from stream_pipelines.devtools import generator
 
     topic = config.kafka.topics.sensors
     spec = generator.ScenarioSpec(
@@ -451,7 +451,7 @@ def build_parser() -> argparse.ArgumentParser:
     from stream_pipelines.apps.common import add_config_arguments
 
     parser = argparse.ArgumentParser(
-        prog="python -m stream_pipelines.benchmarks.ingest",
+        prog="python -m stream_pipelines.devtools.benchmarks.ingest",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -1,0 +1,48 @@
+"""The configured Kafka topics on any cluster: create them (or grow their partitions)."""
+
+from __future__ import annotations
+
+from stream_pipelines.config import PipelineConfig, TopicSettings
+
+
+def ensure_topics(config: PipelineConfig, timeout_s: float = 30.0) -> dict[str, str]:
+    """Create the configured topics, or grow their partitions; returns what was done per topic."""
+    from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+    admin = AdminClient(config.kafka_client_config())
+    existing = admin.list_topics(timeout=timeout_s).topics
+    outcome: dict[str, str] = {}
+    to_create: list[TopicSettings] = []
+    for topic in config.kafka.topics.all():
+        if topic.name not in existing:
+            to_create.append(topic)
+            continue
+        current = len(existing[topic.name].partitions)
+        if current < topic.partitions:
+            admin.create_partitions([NewPartitions(topic.name, topic.partitions)])[topic.name].result(
+                timeout_s
+            )
+            outcome[topic.name] = f"grown from {current} to {topic.partitions} partitions"
+        elif current > topic.partitions:
+            outcome[topic.name] = (
+                f"exists with {current} partitions, more than the configured {topic.partitions} "
+                "(Kafka cannot shrink a topic; left as it is)"
+            )
+        else:
+            outcome[topic.name] = f"exists ({current} partitions)"
+    if to_create:
+        futures = admin.create_topics(
+            [
+                NewTopic(
+                    topic.name,
+                    num_partitions=topic.partitions,
+                    config={"cleanup.policy": "compact"} if topic.compacted else {},
+                )
+                for topic in to_create
+            ],
+            operation_timeout=timeout_s,
+        )
+        for topic in to_create:
+            futures[topic.name].result(timeout_s)
+            outcome[topic.name] = f"created ({topic.partitions} partitions)"
+    return outcome
