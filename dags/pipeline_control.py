@@ -10,8 +10,8 @@ from datetime import datetime
 
 from airflow.sdk import DAG, Param, task
 
-from stream_pipelines.config import APP_NAMES
 from stream_pipelines.orchestration import DEFAULT_ARGS
+from stream_pipelines.registry import APP_NAMES
 
 with DAG(
     dag_id="pipeline_control",

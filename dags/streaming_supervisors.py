@@ -10,7 +10,6 @@ from datetime import datetime, timedelta
 from airflow.providers.standard.sensors.python import PythonSensor
 from airflow.sdk import DAG
 
-from stream_pipelines.config import APP_NAMES
 from stream_pipelines.orchestration import (
     DEFAULT_ARGS,
     SUPERVISOR_RETRIES,
@@ -19,6 +18,7 @@ from stream_pipelines.orchestration import (
     SupervisorRetryPolicy,
     app_is_wanted,
 )
+from stream_pipelines.registry import APP_NAMES
 
 for app_name in APP_NAMES:
     with DAG(

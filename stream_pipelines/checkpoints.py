@@ -43,7 +43,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from stream_pipelines.config import APP_NAMES, PipelineConfig
+from stream_pipelines import registry
+from stream_pipelines.config import PipelineConfig
+from stream_pipelines.registry import APP_NAMES
 
 FINGERPRINT_FILE = "pipeline_fingerprint.json"
 FINGERPRINT_FORMAT = 1
@@ -1264,7 +1266,11 @@ def _refuse_if_running(
     exit_state = Path(config.data_path("control")) / f"{app}.exit.json"
     if exit_state.is_file() and exit_state.stat().st_mtime >= last_write:
         return  # the app recorded its exit after its last batch
-    quiet = quiet_period_s if quiet_period_s is not None else max(60.0, 3 * config.trigger_for(app).seconds)
+    quiet = (
+        quiet_period_s
+        if quiet_period_s is not None
+        else max(60.0, 3 * registry.app(app).trigger(config).seconds)
+    )
     age = time.time() - last_write
     if age < quiet:
         raise CheckpointError(

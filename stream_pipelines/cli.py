@@ -30,7 +30,8 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 
 from stream_pipelines.apps.common import EXIT_BAD_CONFIG, add_config_arguments, config_from_args
-from stream_pipelines.config import APP_NAMES, ConfigError, PipelineConfig
+from stream_pipelines.config import ConfigError, PipelineConfig
+from stream_pipelines.registry import APP_NAMES
 
 
 def main(argv: Sequence[str] | None = None) -> int:

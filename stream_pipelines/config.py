@@ -34,7 +34,6 @@ DEFAULT_CONF_DIR = PROJECT_ROOT / "conf"
 ENV_VARIABLE = "PIPELINE_ENV"
 CONF_DIR_VARIABLE = "PIPELINE_CONF_DIR"
 OVERRIDE_PREFIX = "PIPELINE__"
-APP_NAMES = ("raw_archive", "sensor_aggregation", "ad_matching")
 
 
 class ConfigError(ValueError):
@@ -318,9 +317,8 @@ class ReconciliationSettings(_Section):
 class MetricsSettings(_Section):
     enabled: bool = True
     host: str = "127.0.0.1"
-    ports: dict[str, int] = Field(
-        default_factory=lambda: {"raw_archive": 9401, "sensor_aggregation": 9402, "ad_matching": 9403}
-    )
+    # Per app; an app not listed here serves on its registry default (registry.App.default_metrics_port).
+    ports: dict[str, int] = Field(default_factory=dict)
 
 
 class PipelineConfig(_Section):
@@ -338,8 +336,13 @@ class PipelineConfig(_Section):
     reconciliation: ReconciliationSettings = ReconciliationSettings()
     metrics: MetricsSettings = MetricsSettings()
 
-    # The folder the config was read from; relative paths resolve against its parent.
-    base_dir: Path = Field(default=PROJECT_ROOT, exclude=True)
+    # The folder the config was read from (handed on to drivers as --conf-dir); relative paths resolve
+    # against its parent.
+    conf_dir: Path = Field(default=DEFAULT_CONF_DIR, exclude=True)
+
+    @property
+    def base_dir(self) -> Path:
+        return self.conf_dir.parent
 
     def project_path(self, value: str) -> str:
         """An absolute location for a path relative to the project; URIs (s3a://, hdfs://) pass through."""
@@ -357,11 +360,6 @@ class PipelineConfig(_Section):
 
     def stop_marker(self, app: str) -> Path:
         return Path(self.data_path("control")) / f"{app}.stop"
-
-    def trigger_for(self, app: str) -> Duration:
-        return {"raw_archive": self.archive, "sensor_aggregation": self.sensors, "ad_matching": self.ads}[
-            app
-        ].trigger
 
     def kafka_client_config(self) -> dict[str, str]:
         """Properties for confluent-kafka clients (producer, admin) talking to the same cluster."""
@@ -423,7 +421,7 @@ def load_config(
 
     try:
         expanded = _expand_environment(raw, environ, trail=())
-        return PipelineConfig.model_validate({**expanded, "base_dir": conf_path.parent})
+        return PipelineConfig.model_validate({**expanded, "conf_dir": conf_path})
     except ValidationError as error:
         raise ConfigError(_describe(error, source)) from None
 

@@ -18,7 +18,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from stream_pipelines.config import APP_NAMES, PipelineConfig
+from stream_pipelines.config import PipelineConfig
+from stream_pipelines.registry import APP_NAMES
 
 Desired = Literal["running", "stopped", "paused"]
 Action = Literal["stop", "start", "restart", "pause", "resume"]

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from stream_pipelines.config import Duration, PipelineConfig, TopicSettings
+from stream_pipelines.registry import app as declared_app
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -282,14 +283,7 @@ def read_restarts(path: Path) -> int:
 
 def watermark_delays(config: PipelineConfig, app: str) -> dict[str, float]:
     """Configured watermark delay per input stream of an app, in seconds (none for the archive)."""
-    if app == "sensor_aggregation":
-        return {"sensors": config.sensors.watermark.seconds}
-    if app == "ad_matching":
-        return {
-            "impressions": config.ads.impressions_watermark.seconds,
-            "clicks": config.ads.clicks_watermark.seconds,
-        }
-    return {}
+    return {stream: delay.seconds for stream, delay in declared_app(app).watermarks(config).items()}
 
 
 # --------------------------------------------------------------------------- progress -> state
@@ -342,7 +336,7 @@ class ProgressRecorder:
         self.app = app
         self._clock = clock
         self._accepts = query_filter or (lambda name: name.startswith(f"{app}."))
-        self._trigger_seconds = config.trigger_for(app).seconds
+        self._trigger_seconds = declared_app(app).trigger(config).seconds
         self._stream_delays = watermark_delays(config, app)
         self._query_delay = max(self._stream_delays.values(), default=None)
         # A remote control folder cannot hold the counter; the metric is then left out.
@@ -677,10 +671,7 @@ class MetricsExporter:
         from prometheus_client import start_http_server
 
         host = self.config.metrics.host
-        try:
-            port = self.config.metrics.ports[self.app]
-        except KeyError:
-            raise ValueError(f"metrics.ports has no port for app {self.app!r}") from None
+        port = declared_app(self.app).metrics_port(self.config)
         try:
             server, _thread = start_http_server(port, addr=host, registry=self.registry)
         except OSError as error:

@@ -26,7 +26,8 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.definitions.retry_policy import RetryDecision, RetryPolicy
 
-from stream_pipelines.config import APP_NAMES, PROJECT_ROOT
+from stream_pipelines.config import PROJECT_ROOT
+from stream_pipelines.registry import APP_NAMES
 
 # Effectively unbounded: the crash-loop guard, not a try count, decides when restarts stop.
 SUPERVISOR_RETRIES = 1000

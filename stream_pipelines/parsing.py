@@ -23,6 +23,7 @@ from pyspark.sql.types import (
 )
 
 from stream_pipelines.config import QualitySettings
+from stream_pipelines.registry import SENSOR_QUARANTINE
 
 # The columns every source yields (Kafka or JSON-lines files), so downstream code never cares which.
 RAW_SCHEMA = StructType(
@@ -63,17 +64,7 @@ CLICK_SCHEMA = StructType(
     ]
 )
 
-QUARANTINE_SCHEMA = StructType(
-    [
-        StructField("event_type", StringType()),
-        StructField("reason", StringType()),
-        StructField("payload", StringType()),
-        StructField("raw_value", BinaryType()),
-        StructField("key", StringType()),
-        *[field for field in RAW_SCHEMA.fields if field.name in COORDINATES],
-        StructField("quarantined_at", TimestampType()),
-    ]
-)
+QUARANTINE_SCHEMA = SENSOR_QUARANTINE.schema()
 
 _CORRUPT = "_corrupt_record"
 

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from stream_pipelines import jvm
+from stream_pipelines import jvm, registry
 from stream_pipelines.config import PipelineConfig, TopicSettings
 from stream_pipelines.parsing import RAW_SCHEMA
 
@@ -219,7 +219,7 @@ def start_sink(config: PipelineConfig, app: str, sink: StreamSink, trigger: Trig
     if trigger == "available-now":
         writer = writer.trigger(availableNow=True)
     else:
-        writer = writer.trigger(processingTime=config.trigger_for(app).spark())
+        writer = writer.trigger(processingTime=registry.app(app).trigger(config).spark())
     return writer.start()
 
 

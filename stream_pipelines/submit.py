@@ -8,7 +8,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from stream_pipelines.config import APP_NAMES, PROJECT_ROOT, PipelineConfig
+from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
+from stream_pipelines.registry import APP_NAMES
 from stream_pipelines.runtime import TriggerMode, spark_conf
 
 SPARK_APPS_DIR = PROJECT_ROOT / "spark_apps"
@@ -24,7 +25,7 @@ def application_args(
     config: PipelineConfig, trigger: TriggerMode, overrides: Sequence[str] = ()
 ) -> list[str]:
     """What the driver needs to load the very same config the launcher validated."""
-    args = ["--env", config.env, "--conf-dir", str(config.base_dir / "conf"), "--trigger", trigger]
+    args = ["--env", config.env, "--conf-dir", str(config.conf_dir), "--trigger", trigger]
     for override in overrides:
         args += ["--set", override]
     return args

@@ -26,8 +26,9 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from stream_pipelines.config import APP_NAMES, PROJECT_ROOT, PipelineConfig, load_config
+from stream_pipelines.config import PROJECT_ROOT, PipelineConfig, load_config
 from stream_pipelines.devtools.stack import migrate_airflow_db
+from stream_pipelines.registry import APP_NAMES
 
 DEMO_ROOT = PROJECT_ROOT / "data" / "demo"
 DEMO_OVERRIDES = (

@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from stream_pipelines.config import APP_NAMES, PROJECT_ROOT, PipelineConfig
+from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
 from stream_pipelines.devtools.processes import alive as _alive
 from stream_pipelines.devtools.processes import descendants, parent_pid, stop_process_group, stop_processes
 from stream_pipelines.reconciliation.nightly import START_DATE_VARIABLE
+from stream_pipelines.registry import APP_NAMES
 
 AIRFLOW_PORT = 8080
 PROMETHEUS_PORT = 9090

@@ -490,7 +490,7 @@ def submit_command(config: PipelineConfig, day: date, overrides: Sequence[str] =
     ]
     for key, value in spark_conf(config).items():
         command += ["--conf", f"{key}={value}"]
-    args = ["--env", config.env, "--conf-dir", str(config.base_dir / "conf"), "--date", day.isoformat()]
+    args = ["--env", config.env, "--conf-dir", str(config.conf_dir), "--date", day.isoformat()]
     for override in overrides:
         args += ["--set", override]
     return [*command, str(SPARK_APPS_DIR / f"{APP}.py"), *args]

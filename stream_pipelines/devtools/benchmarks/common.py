@@ -164,7 +164,7 @@ def derive_config(config: PipelineConfig, overrides: Sequence[str]) -> PipelineC
     for item in overrides:
         key, _, value = item.partition("=")
         _apply_override(raw, key.strip(), value, origin=f"benchmark override {key.strip()}")
-    return PipelineConfig.model_validate({**raw, "base_dir": config.base_dir})
+    return PipelineConfig.model_validate({**raw, "conf_dir": config.conf_dir})
 
 
 @contextmanager

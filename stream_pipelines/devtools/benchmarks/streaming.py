@@ -63,6 +63,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stream_pipelines import registry
 from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
 from stream_pipelines.devtools.benchmarks.common import (
     BenchmarkError,
@@ -935,7 +936,7 @@ def search_sustained(
     profile: Profile,
     interrupts: Interrupts,
 ) -> Search:
-    trigger_s = config.trigger_for(app).seconds
+    trigger_s = registry.app(app).trigger(config).seconds
     started = time.monotonic()
     load_before = load_average()
     offsets = BrokerOffsets(config, app)
@@ -1125,7 +1126,7 @@ def build_results(
             "apps": list(args.apps),
             "spark_master": config.spark.master,
             "driver_memory": config.spark.driver_memory,
-            "triggers": {app: str(config.trigger_for(app)) for app in APPS},
+            "triggers": {app: str(registry.app(app).trigger(config)) for app in APPS},
             "variants": {
                 name: {
                     "shuffle_partitions": variant.spark.shuffle_partitions,

@@ -1,0 +1,466 @@
+"""Every streaming app and every dataset, declared once; everything else reads these declarations.
+
+A ``Dataset`` is a place data lives: its location (a ``paths`` entry plus a sub-folder), its columns,
+its partitioning and how to select event day D from it. An ``App`` is a streaming application: its
+queries (each with its sink dataset or sink topic, the topics each of its Spark sources reads, its
+stateful operators and the settings that shape its state), its trigger, its watermarks per input
+stream, its metrics port and the function that builds its queries (``build_sinks``, in its app module).
+
+Checkpoint specs and fingerprints, the metrics exporter, the supervisor DAGs, the demo, the quality
+gates and the nightly reconciliation read these. Adding an app: write its module under
+``stream_pipelines/apps/`` (pure transforms plus ``build_sinks``), declare it in ``APPS`` below, and
+give it a config section with its ``trigger``.
+
+Importing this module is cheap (no pyspark): the DAG files import it when Airflow parses them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import date
+from typing import TYPE_CHECKING, Any, Literal
+
+from stream_pipelines.config import Duration, PipelineConfig, TopicSettings
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+    from stream_pipelines.runtime import StreamSink
+
+# --------------------------------------------------------------------------- datasets
+
+# Spark SQL type names used in the column lists below, and the pyspark type each stands for.
+_SPARK_TYPES = {
+    "string": "StringType",
+    "binary": "BinaryType",
+    "int": "IntegerType",
+    "bigint": "LongType",
+    "double": "DoubleType",
+    "boolean": "BooleanType",
+    "timestamp": "TimestampType",
+}
+
+DayRule = Literal["event_time", "arrival_window", "partition"]
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Where a dataset lives, what it holds, and how day D is selected from it."""
+
+    name: str
+    # The ``paths`` entry it lives under, and the folder below that ("" for the entry itself).
+    root: str
+    folder: str
+    columns: tuple[tuple[str, str], ...]
+    partition_by: tuple[str, ...] = ()
+    # event_time: the UTC date of ``day_column`` is D; partition: the ``day_column`` partition is D;
+    # arrival_window: arrival days D-1 .. D+late_horizon (the raw archive: events arrive late).
+    day_rule: DayRule = "event_time"
+    day_column: str = ""
+
+    def location(self, config: PipelineConfig) -> str:
+        base = config.data_path(self.root)
+        return f"{base}/{self.folder}" if self.folder else base
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.columns)
+
+    def ddl(self) -> str:
+        return ", ".join(f"{name} {kind}" for name, kind in self.columns)
+
+    def schema(self) -> StructType:
+        from pyspark.sql import types
+
+        return types.StructType(
+            [types.StructField(name, getattr(types, _SPARK_TYPES[kind])()) for name, kind in self.columns]
+        )
+
+    def day_filter(self, day: date, config: PipelineConfig) -> Column:
+        """The condition that selects event day D from this dataset."""
+        from pyspark.sql import functions as F
+
+        if self.day_rule == "arrival_window":
+            from stream_pipelines.reconciliation.events import arrival_dates
+
+            days = arrival_dates(day, config.reconciliation.late_horizon)
+            return F.col(self.day_column).cast("string").isin(days)
+        if self.day_rule == "partition":
+            return F.col(self.day_column).cast("string") == day.isoformat()
+        return F.to_date(self.day_column).cast("string") == day.isoformat()
+
+    def read(self, spark: SparkSession, config: PipelineConfig) -> DataFrame:
+        """The committed rows (a file sink's log honoured), or an empty frame of this schema."""
+        from stream_pipelines.runtime import read_parquet_or_none
+
+        frame = read_parquet_or_none(spark, self.location(config))
+        return frame if frame is not None else spark.createDataFrame([], self.schema())
+
+    def read_day(self, spark: SparkSession, config: PipelineConfig, day: date) -> DataFrame:
+        return self.read(spark, config).where(self.day_filter(day, config))
+
+
+_SENSOR_WINDOW_COLUMNS = (
+    ("window_start", "timestamp"),
+    ("window_end", "timestamp"),
+    ("sensor_id", "string"),
+    ("avg_temperature", "double"),
+    ("max_temperature", "double"),
+    ("min_temperature", "double"),
+    ("reading_count", "bigint"),
+    ("location", "string"),
+    ("building", "string"),
+    ("floor", "int"),
+    ("known_sensor", "boolean"),
+    ("metadata_problem", "string"),
+)
+
+ARCHIVE = Dataset(
+    name="archive",
+    root="archive",
+    folder="",
+    columns=(
+        ("topic", "string"),
+        ("partition", "int"),
+        ("offset", "bigint"),
+        ("key", "string"),
+        ("value", "binary"),
+        ("kafka_timestamp", "timestamp"),
+        ("source_file", "string"),
+        ("archived_at", "timestamp"),
+        ("arrival_date", "string"),
+    ),
+    partition_by=("topic", "arrival_date"),
+    day_rule="arrival_window",
+    day_column="arrival_date",
+)
+SENSOR_WINDOWS = Dataset(
+    name="sensor_windows",
+    root="outputs",
+    folder="sensor_windows",
+    columns=_SENSOR_WINDOW_COLUMNS,
+    day_column="window_start",
+)
+AD_MATCHES = Dataset(
+    name="ad_matches",
+    root="outputs",
+    folder="ad_matches",
+    columns=(
+        ("impression_id", "string"),
+        ("ad_id", "string"),
+        ("user_id", "string"),
+        ("shown_at", "timestamp"),
+        ("click_id", "string"),
+        ("clicked_at", "timestamp"),
+        ("matched", "boolean"),
+    ),
+    day_column="shown_at",
+)
+AD_CTR = Dataset(
+    name="ad_ctr",
+    root="outputs",
+    folder="ad_ctr",
+    columns=(
+        ("window_start", "timestamp"),
+        ("window_end", "timestamp"),
+        ("ad_id", "string"),
+        ("impressions", "bigint"),
+        ("clicks", "bigint"),
+        ("ctr", "double"),
+    ),
+    day_column="window_start",
+)
+# As parsing.quarantined_events writes them (parsing.QUARANTINE_SCHEMA is built from this).
+QUARANTINE_COLUMNS = (
+    ("event_type", "string"),
+    ("reason", "string"),
+    ("payload", "string"),
+    ("raw_value", "binary"),
+    ("key", "string"),
+    ("topic", "string"),
+    ("partition", "int"),
+    ("offset", "bigint"),
+    ("kafka_timestamp", "timestamp"),
+    ("source_file", "string"),
+    ("quarantined_at", "timestamp"),
+)
+SENSOR_QUARANTINE = Dataset(
+    name="sensor_quarantine",
+    root="quarantine",
+    folder="sensor_aggregation",
+    columns=QUARANTINE_COLUMNS,
+    day_column="kafka_timestamp",
+)
+AD_QUARANTINE = Dataset(
+    name="ad_quarantine",
+    root="quarantine",
+    folder="ad_matching",
+    columns=QUARANTINE_COLUMNS,
+    day_column="kafka_timestamp",
+)
+COMPLIANCE_WINDOWS = Dataset(
+    name="compliance_sensor_windows",
+    root="compliance",
+    folder="sensor_windows",
+    columns=(*_SENSOR_WINDOW_COLUMNS, ("event_date", "string")),
+    partition_by=("event_date",),
+    day_rule="partition",
+    day_column="event_date",
+)
+LATE_EVENT_LEDGER = Dataset(
+    name="late_event_ledger",
+    root="compliance",
+    folder="late_event_ledger",
+    columns=(
+        ("query", "string"),
+        ("event_id", "string"),
+        ("sensor_id", "string"),
+        ("event_time", "timestamp"),
+        ("temperature", "double"),
+        ("window_start", "timestamp"),
+        ("window_end", "timestamp"),
+        ("arrival_delay_s", "double"),
+        ("topic", "string"),
+        ("partition", "int"),
+        ("offset", "bigint"),
+        ("kafka_timestamp", "timestamp"),
+        ("source_file", "string"),
+        ("batch_id", "bigint"),
+        ("late_filter_watermark", "timestamp"),
+        ("event_date", "string"),
+    ),
+    partition_by=("event_date",),
+    day_rule="partition",
+    day_column="event_date",
+)
+
+DATASETS: dict[str, Dataset] = {
+    dataset.name: dataset
+    for dataset in (
+        ARCHIVE,
+        SENSOR_WINDOWS,
+        AD_MATCHES,
+        AD_CTR,
+        SENSOR_QUARANTINE,
+        AD_QUARANTINE,
+        COMPLIANCE_WINDOWS,
+        LATE_EVENT_LEDGER,
+    )
+}
+
+
+# --------------------------------------------------------------------------- apps
+
+# Which input topics one ``read_raw`` call of a query reads (config.kafka.topics attribute names).
+TopicRead = tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Query:
+    """One streaming query of an app: its checkpoint, its sink and what shapes its state."""
+
+    name: str
+    # The input topics of each ``read_raw`` call the query's plan makes, in plan order.
+    reads: tuple[TopicRead, ...]
+    # A file sink's dataset, or None for a Kafka sink (``sink_topic``).
+    sink: Dataset | None = None
+    sink_topic: str | None = None
+    # Stateful operators as Spark 4.1 numbers them, with their state store names (read off real
+    # checkpoints of these apps); a reset plants an empty store for each.
+    state_layout: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
+    # The settings that shape the query's state (grouping keys, windows, join), for the fingerprint.
+    # Watermark delays are left out on purpose: Spark accepts a changed delay on restart.
+    state_shape: Callable[[PipelineConfig], dict[str, Any]] = lambda _config: {}
+
+    @property
+    def stateful(self) -> bool:
+        return bool(self.state_layout)
+
+    def source_topics(self, config: PipelineConfig) -> tuple[tuple[str, ...], ...]:
+        """The topic names each Spark source reads, in the order Spark numbers them (offsets/N lines).
+
+        A Kafka read is one source however many topics it subscribes to; the files source is one
+        source per topic folder (``runtime.read_raw`` unions them).
+        """
+        topics = config.kafka.topics
+        sources: list[tuple[str, ...]] = []
+        for read in self.reads:
+            names = tuple(getattr(topics, attribute).name for attribute in read)
+            sources.extend([names] if config.source.kind == "kafka" else [(name,) for name in names])
+        return tuple(sources)
+
+    def sink_topic_settings(self, config: PipelineConfig) -> TopicSettings | None:
+        return getattr(config.kafka.topics, self.sink_topic) if self.sink_topic else None
+
+
+@dataclass(frozen=True)
+class App:
+    """A streaming application, as the lifecycle, the supervisor and the tooling see it."""
+
+    name: str
+    description: str
+    # The module holding ``build_sinks(spark, config) -> list[StreamSink]`` (imported when needed).
+    module: str
+    # The config section holding the app's ``trigger`` (and its other settings).
+    settings_section: str
+    queries: tuple[Query, ...]
+    default_metrics_port: int
+    # The configured watermark delay of each input stream, by stream name (none for the archive).
+    watermarks: Callable[[PipelineConfig], dict[str, Duration]] = lambda _config: {}
+
+    def query(self, name: str) -> Query:
+        for query in self.queries:
+            if query.name == name:
+                return query
+        raise KeyError(f"{self.name} has no query {name!r}; its queries: {', '.join(self.query_names)}")
+
+    @property
+    def query_names(self) -> tuple[str, ...]:
+        return tuple(query.name for query in self.queries)
+
+    def trigger(self, config: PipelineConfig) -> Duration:
+        return getattr(config, self.settings_section).trigger
+
+    def metrics_port(self, config: PipelineConfig) -> int:
+        return config.metrics.ports.get(self.name, self.default_metrics_port)
+
+    def checkpoint_dir(self, config: PipelineConfig, query: str) -> str:
+        return config.checkpoint_dir(self.name, query)
+
+    def source_topic_names(self, config: PipelineConfig) -> set[str]:
+        return {name for query in self.queries for source in query.source_topics(config) for name in source}
+
+    def sink_topic_names(self, config: PipelineConfig) -> set[str]:
+        return {topic.name for query in self.queries if (topic := query.sink_topic_settings(config))}
+
+    def build_sinks(self, spark: SparkSession, config: PipelineConfig) -> list[StreamSink]:
+        """The app's queries, checked against this declaration (names and order)."""
+        sinks = importlib.import_module(self.module).build_sinks(spark, config)
+        built = tuple(sink.name for sink in sinks)
+        if built != self.query_names:
+            raise RuntimeError(
+                f"{self.module}.build_sinks built queries {built}, but the registry declares "
+                f"{self.query_names} for {self.name}: change both together"
+            )
+        return sinks
+
+
+def _window_state(column: str, window: Duration, slide: Duration | None = None) -> dict[str, Any]:
+    shape = {"watermark_column": column, "grouping_keys": [f"window({column})"], "window": str(window)}
+    if slide is not None:
+        shape["slide"] = str(slide)
+    return shape
+
+
+def _sensor_window_state(config: PipelineConfig) -> dict[str, Any]:
+    shape = _window_state("ts", config.sensors.window)
+    shape["grouping_keys"].append("sensor_id")
+    return shape
+
+
+def _sensor_sliding_state(config: PipelineConfig) -> dict[str, Any]:
+    shape = _window_state("ts", config.sensors.sliding_window, config.sensors.slide)
+    shape["grouping_keys"].append("sensor_id")
+    return shape
+
+
+_AD_INPUTS = {"watermark_columns": ["shown_at", "clicked_at"], "dedup_keys": ["event_id"]}
+_JOIN_STORES = (
+    "left-keyToNumValues",
+    "left-keyWithIndexToValue",
+    "right-keyToNumValues",
+    "right-keyWithIndexToValue",
+)
+
+
+def _ad_matches_state(config: PipelineConfig) -> dict[str, Any]:
+    return {
+        **_AD_INPUTS,
+        "join": "left outer on ad_id, user_id",
+        "join_time_range": f"clicked_at between shown_at and shown_at + {config.ads.match_interval}",
+    }
+
+
+def _ad_ctr_state(config: PipelineConfig) -> dict[str, Any]:
+    return {
+        **_AD_INPUTS,
+        "grouping_keys": ["window(event_time)", "ad_id"],
+        "window": str(config.ads.ctr_window),
+    }
+
+
+RAW_ARCHIVE = App(
+    name="raw_archive",
+    description="every record of every input topic to Parquet, as it arrived, exactly once",
+    module="stream_pipelines.apps.raw_archive",
+    settings_section="archive",
+    queries=(Query("archive", reads=(("sensors", "impressions", "clicks"),), sink=ARCHIVE),),
+    default_metrics_port=9401,
+)
+SENSOR_AGGREGATION = App(
+    name="sensor_aggregation",
+    description="sensor readings in tumbling (compliance) and sliding (live) event-time windows",
+    module="stream_pipelines.apps.sensor_aggregation",
+    settings_section="sensors",
+    queries=(
+        Query(
+            "tumbling",
+            reads=(("sensors",),),
+            sink=SENSOR_WINDOWS,
+            state_layout={0: ("default",)},
+            state_shape=_sensor_window_state,
+        ),
+        Query(
+            "sliding",
+            reads=(("sensors",),),
+            sink_topic="sliding_averages",
+            state_layout={0: ("default",)},
+            state_shape=_sensor_sliding_state,
+        ),
+        Query("quarantine", reads=(("sensors",),), sink=SENSOR_QUARANTINE),
+    ),
+    default_metrics_port=9402,
+    watermarks=lambda config: {"sensors": config.sensors.watermark},
+)
+AD_MATCHING = App(
+    name="ad_matching",
+    description="ad impressions matched to clicks (stream-stream join) and CTR per ad per window",
+    module="stream_pipelines.apps.ad_matching",
+    settings_section="ads",
+    queries=(
+        Query(
+            "matches",
+            reads=(("impressions",), ("clicks",)),
+            sink=AD_MATCHES,
+            state_layout={0: _JOIN_STORES, 1: ("default",), 2: ("default",)},
+            state_shape=_ad_matches_state,
+        ),
+        Query(
+            "ctr",
+            reads=(("impressions",), ("clicks",)),
+            sink=AD_CTR,
+            state_layout={0: ("default",), 1: ("default",), 2: ("default",)},
+            state_shape=_ad_ctr_state,
+        ),
+        Query("quarantine", reads=(("impressions",), ("clicks",)), sink=AD_QUARANTINE),
+    ),
+    default_metrics_port=9403,
+    watermarks=lambda config: {
+        "impressions": config.ads.impressions_watermark,
+        "clicks": config.ads.clicks_watermark,
+    },
+)
+
+APPS: dict[str, App] = {app.name: app for app in (RAW_ARCHIVE, SENSOR_AGGREGATION, AD_MATCHING)}
+APP_NAMES: tuple[str, ...] = tuple(APPS)
+
+
+def app(name: str) -> App:
+    """The app of that name; a clear error listing the apps otherwise."""
+    try:
+        return APPS[name]
+    except KeyError:
+        raise ValueError(f"unknown app {name!r}; the apps are: {', '.join(APP_NAMES)}") from None
