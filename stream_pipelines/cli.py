@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from datetime import UTC, date, datetime
 from pathlib import Path
 
-from stream_pipelines.apps.common import EXIT_BAD_CONFIG, add_config_arguments, config_from_args
-from stream_pipelines.config import ConfigError, PipelineConfig
+from stream_pipelines.config import ConfigError, PipelineConfig, add_config_arguments, config_from_args
+from stream_pipelines.exit_codes import ExitCode
 from stream_pipelines.registry import APP_NAMES
 
 
@@ -39,12 +39,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):
         parser.print_help()
-        return EXIT_BAD_CONFIG
+        return ExitCode.BAD_CONFIG
     try:
         config = config_from_args(args)
     except ConfigError as error:
         print(f"pipelinectl: {error}", file=sys.stderr)
-        return EXIT_BAD_CONFIG
+        return ExitCode.BAD_CONFIG
     try:
         return int(args.handler(config, args) or 0)
     except UserFacingError as error:
@@ -291,12 +291,15 @@ def _produce(config: PipelineConfig, args: argparse.Namespace) -> int:
 
 
 def _run(config: PipelineConfig, args: argparse.Namespace) -> int:
+    from stream_pipelines.control import ControlStore
     from stream_pipelines.submit import spark_submit_command, submit_environment
 
     command = spark_submit_command(config, args.app, args.trigger, args.overrides)
-    marker = config.stop_marker(args.app)
+    store = ControlStore(config)
     # A marker left from an earlier stop would end this run at once.
-    marker.unlink(missing_ok=True)
+    store.clear_stop(args.app)
+    store.mark_starting(args.app)
+    marker = store.stop_marker(args.app)
     process = subprocess.Popen(command, env=submit_environment(), start_new_session=True)
 
     def request_stop(signum: int, _frame: object) -> None:

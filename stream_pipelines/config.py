@@ -11,6 +11,7 @@ Everything is validated at load time and errors name the key and the problem.
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -358,9 +359,6 @@ class PipelineConfig(_Section):
     def output_dir(self, name: str) -> str:
         return f"{self.data_path('outputs')}/{name}"
 
-    def stop_marker(self, app: str) -> Path:
-        return Path(self.data_path("control")) / f"{app}.stop"
-
     def kafka_client_config(self) -> dict[str, str]:
         """Properties for confluent-kafka clients (producer, admin) talking to the same cluster."""
         return {"bootstrap.servers": self.kafka.bootstrap_servers, **self.kafka.client_properties}
@@ -481,3 +479,24 @@ def _describe(error: ValidationError, source: Path) -> str:
             message = problem["msg"].removeprefix("Value error, ")
         lines.append(f"  {key}: {message}" if key else f"  {message}")
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- command lines
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """--env, --conf-dir and --set, the same on every app, job and command."""
+    parser.add_argument("--env", default=None, help="config environment: conf/<env>.yaml (default: local)")
+    parser.add_argument("--conf-dir", default=None, help="folder holding <env>.yaml (default: conf/)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config value, e.g. --set sensors.watermark='10 minutes' (repeatable)",
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> PipelineConfig:
+    return load_config(args.env, args.overrides, conf_dir=args.conf_dir)

@@ -1,121 +1,231 @@
-"""What operators want of each app, and what it is doing: the one place the CLI and the DAGs share.
+"""What operators want of each app, and what it is doing: one store that owns every control record.
 
-Files under ``<data_root>/control`` (small JSON, written atomically):
+Records under ``paths.control`` (small JSON, each written whole by ``storage.write_atomically``):
 - ``<app>.desired.json``: ``running`` (the default), ``stopped`` or ``paused`` (supervision paused for
   maintenance: a running app keeps running, but nothing restarts it), with who/when/why;
 - ``<app>.stop``: the stop marker the app polls between batches (drain, commit, exit 0);
-- ``<app>.exit.json``: how the app last ended (written by the app: stopped/finished/failed);
-- ``<app>.restart_history.json``: when the supervisor restarted it, for the crash-loop guard;
+- ``<app>.starting.json``: the launcher's pid from spark-submit until the app's queries run (written by
+  the supervisor and ``pipelinectl run``), so status says ``starting`` while the JVM comes up;
+- ``<app>.running.json``: the driver's pid while it runs (written by the app's lifecycle);
+- ``<app>.exit.json``: how the app last ended (stopped / finished / failed), written by the app;
+- ``<app>.restarts.json``: every restart the supervisor made (the total, exported as a metric) and
+  the recent ones (for the crash-loop guard), counted once, under a lock;
 - ``<app>.crashloop.json``: present while the guard has tripped; cleared by start/restart/resume.
+
+The CLI, the DAGs, the apps and the metrics exporter all read and write them through ``ControlStore``.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
+import fcntl
 import os
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
 from stream_pipelines.config import PipelineConfig
-from stream_pipelines.registry import APP_NAMES
+from stream_pipelines.registry import app as declared_app
+from stream_pipelines.storage import read_json, write_json
 
 Desired = Literal["running", "stopped", "paused"]
 Action = Literal["stop", "start", "restart", "pause", "resume"]
+ExitStatus = Literal["stopped", "finished", "failed"]
 
 
 class CrashLoopError(RuntimeError):
     """Too many restarts within the window: restarts stop until a person intervenes."""
 
 
-def _control_dir(config: PipelineConfig) -> Path:
-    return Path(config.data_path("control"))
-
-
-def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except json.JSONDecodeError:
-        return {"unreadable": str(path)}
-
-
-def _write(path: Path, payload: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(payload, indent=2))
-    temporary.replace(path)
+@dataclass(frozen=True)
+class Restarts:
+    total: int = 0
+    # ISO times of the restarts still inside the crash-loop window when last counted.
+    recent: list[str] = field(default_factory=list)
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def desired_state(config: PipelineConfig, app: str) -> dict[str, Any]:
-    return _read(_control_dir(config) / f"{app}.desired.json") or {"desired": "running", "by": "default"}
+class ControlStore:
+    """Every control record of every app, in the ``paths.control`` folder."""
+
+    def __init__(self, config: PipelineConfig) -> None:
+        self.root = Path(config.data_path("control"))
+
+    def _path(self, app: str, record: str) -> Path:
+        return self.root / f"{app}.{record}"
+
+    def _read(self, app: str, record: str) -> dict[str, Any] | None:
+        path = self._path(app, record)
+        try:
+            return read_json(path)
+        except ValueError:
+            return {"unreadable": str(path)}
+
+    # ---- what operators want
+
+    def desired(self, app: str) -> dict[str, Any]:
+        return self._read(app, "desired.json") or {"desired": "running", "by": "default"}
+
+    def set_desired(self, app: str, desired: Desired, *, by: str, reason: str) -> None:
+        stamp = {"desired": desired, "by": by, "at": _now().isoformat(), "reason": reason}
+        write_json(self._path(app, "desired.json"), stamp)
+
+    def stop_marker(self, app: str) -> Path:
+        return self._path(app, "stop")
+
+    def request_stop(self, app: str) -> Path:
+        marker = self.stop_marker(app)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+        return marker
+
+    def clear_stop(self, app: str) -> bool:
+        """Before a start: a marker left by an earlier stop would end the new run at once."""
+        marker = self.stop_marker(app)
+        existed = marker.exists()
+        marker.unlink(missing_ok=True)
+        return existed
+
+    # ---- what the app is doing
+
+    def mark_starting(self, app: str) -> None:
+        write_json(self._path(app, "starting.json"), {"pid": os.getpid(), "at": _now().isoformat()})
+
+    def starting(self, app: str) -> dict[str, Any] | None:
+        """The launch in progress, while its launcher lives (a dead one started nothing)."""
+        record = self._read(app, "starting.json") or {}
+        pid = record.get("pid")
+        return record if isinstance(pid, int) and Path(f"/proc/{pid}").exists() else None
+
+    def clear_starting(self, app: str) -> None:
+        self._path(app, "starting.json").unlink(missing_ok=True)
+
+    def mark_running(self, app: str) -> None:
+        write_json(self._path(app, "running.json"), {"pid": os.getpid(), "started_at": _now().isoformat()})
+        self.clear_starting(app)
+
+    def mark_not_running(self, app: str) -> None:
+        self._path(app, "running.json").unlink(missing_ok=True)
+
+    def running_pids(self, app: str) -> list[int]:
+        """The driver's pid when it is alive (a kill -9 leaves the record, but not the process)."""
+        pid = (self._read(app, "running.json") or {}).get("pid")
+        return [pid] if isinstance(pid, int) and Path(f"/proc/{pid}").exists() else []
+
+    def record_exit(self, app: str, status: ExitStatus, detail: str) -> None:
+        write_json(
+            self._path(app, "exit.json"),
+            {"app": app, "status": status, "detail": detail, "at": _now().isoformat()},
+        )
+
+    def last_exit(self, app: str) -> dict[str, Any] | None:
+        return self._read(app, "exit.json")
+
+    def exit_recorded_at(self, app: str) -> float | None:
+        """When the exit record was last written (epoch seconds), None if never."""
+        path = self._path(app, "exit.json")
+        return path.stat().st_mtime if path.is_file() else None
+
+    # ---- restarts and the crash-loop guard
+
+    @contextlib.contextmanager
+    def _locked(self, app: str) -> Iterator[None]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self._path(app, "restarts.lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    def restarts(self, app: str) -> Restarts:
+        record = self._read(app, "restarts.json") or {}
+        try:
+            return Restarts(int(record.get("total", 0)), list(record.get("recent", [])))
+        except (TypeError, ValueError):
+            return Restarts()
+
+    def restarts_path(self, app: str) -> Path:
+        return self._path(app, "restarts.json")
+
+    def record_restart(
+        self, app: str, *, cause: str, limit: int | None = None, window: timedelta | None = None
+    ) -> int:
+        """Count one restart and return the count within the window (the total without a guard).
+
+        With ``limit`` and ``window``: at the limit, mark the app crash-looping and raise instead. One
+        lock around read-and-write, so concurrent supervisors never lose a count.
+        """
+        now = _now()
+        with self._locked(app):
+            counted = self.restarts(app)
+            recent = [
+                moment
+                for moment in counted.recent
+                if window is None or now - datetime.fromisoformat(moment) < window
+            ]
+            if limit is not None and len(recent) >= limit:
+                reason = (
+                    f"{len(recent)} restarts within {window} (limit {limit}); last failure: {cause}. "
+                    "Restarts stopped."
+                )
+                write_json(self._path(app, "crashloop.json"), {"at": now.isoformat(), "reason": reason})
+                raise CrashLoopError(f"{app} is crash-looping: {reason}")
+            recent.append(now.isoformat())
+            total = counted.total + 1
+            write_json(
+                self._path(app, "restarts.json"),
+                {"app": app, "total": total, "recent": recent, "last_cause": cause, "at": now.isoformat()},
+            )
+        return len(recent) if limit is not None else total
+
+    def crash_loop(self, app: str) -> dict[str, Any] | None:
+        return self._read(app, "crashloop.json")
+
+    def clear_crash_loop(self, app: str) -> None:
+        self._path(app, "crashloop.json").unlink(missing_ok=True)
 
 
-def crash_loop(config: PipelineConfig, app: str) -> dict[str, Any] | None:
-    return _read(_control_dir(config) / f"{app}.crashloop.json")
-
-
-def last_exit(config: PipelineConfig, app: str) -> dict[str, Any] | None:
-    return _read(_control_dir(config) / f"{app}.exit.json")
+# --------------------------------------------------------------------------- operator decisions
 
 
 def apply_action(config: PipelineConfig, app: str, action: Action, *, by: str, reason: str = "") -> str:
     """Carry out an operator's action; returns a sentence saying what will happen."""
-    if app not in APP_NAMES:
-        raise ValueError(f"unknown app {app!r}; the apps are: {', '.join(APP_NAMES)}")
-    control = _control_dir(config)
-    stamp = {"by": by, "at": _now().isoformat(), "reason": reason}
+    declared_app(app)
+    store = ControlStore(config)
     if action in ("start", "restart", "resume"):
-        (control / f"{app}.crashloop.json").unlink(missing_ok=True)
+        store.clear_crash_loop(app)
     if action == "stop":
-        _write(control / f"{app}.desired.json", {"desired": "stopped", **stamp})
-        request_graceful_stop(config, app)
+        store.set_desired(app, "stopped", by=by, reason=reason)
+        store.request_stop(app)
         return f"{app}: asked to stop after its current batch; supervision will not restart it until started"
     if action == "restart":
-        _write(control / f"{app}.desired.json", {"desired": "running", **stamp})
-        request_graceful_stop(config, app)
+        store.set_desired(app, "running", by=by, reason=reason)
+        store.request_stop(app)
         return (
             f"{app}: asked to stop after its current batch; the supervisor then starts it from its checkpoint"
         )
     if action in ("start", "resume"):
-        _write(control / f"{app}.desired.json", {"desired": "running", **stamp})
+        store.set_desired(app, "running", by=by, reason=reason)
         return f"{app}: supervision on; the supervisor starts it if it is not running"
     if action == "pause":
-        _write(control / f"{app}.desired.json", {"desired": "paused", **stamp})
+        store.set_desired(app, "paused", by=by, reason=reason)
         return f"{app}: supervision paused; a running app keeps running, but nothing restarts it"
     raise ValueError(f"unknown action {action!r}; use stop, start, restart, pause or resume")
 
 
-def request_graceful_stop(config: PipelineConfig, app: str) -> Path:
-    marker = config.stop_marker(app)
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.touch()
-    return marker
-
-
-def clear_stale_stop_marker(config: PipelineConfig, app: str) -> bool:
-    """Before a start: a marker left by an earlier stop would end the new run at once."""
-    marker = config.stop_marker(app)
-    existed = marker.exists()
-    marker.unlink(missing_ok=True)
-    return existed
-
-
 def should_run(config: PipelineConfig, app: str) -> tuple[bool, str]:
     """Whether the supervisor may (re)start the app now, and why not if not."""
-    looping = crash_loop(config, app)
+    store = ControlStore(config)
+    looping = store.crash_loop(app)
     if looping:
         return False, (
             f"{app} is crash-looping since {looping.get('at')}: {looping.get('reason')}. "
             "Fix the cause, then run pipeline_control with action=start (or `pipelinectl control APP start`)."
         )
-    desired = desired_state(config, app)
+    desired = store.desired(app)
     who = f"by {desired.get('by')} at {desired.get('at')} ({desired.get('reason') or 'no reason given'})"
     if desired["desired"] == "stopped":
         return False, f"{app} was stopped {who}; start it with pipeline_control action=start"
@@ -124,45 +234,27 @@ def should_run(config: PipelineConfig, app: str) -> tuple[bool, str]:
     return True, f"{app} should run"
 
 
-def record_restart_attempt(
-    config: PipelineConfig, app: str, *, limit: int, window: timedelta, cause: str
-) -> int:
-    """Count a restart; at the limit within the window, mark the app crash-looping and raise."""
-    history_path = _control_dir(config) / f"{app}.restart_history.json"
-    now = _now()
-    history = [
-        moment
-        for moment in (_read(history_path) or {}).get("restarts", [])
-        if now - datetime.fromisoformat(moment) < window
-    ]
-    if len(history) >= limit:
-        reason = (
-            f"{len(history)} restarts within {window} (limit {limit}); last failure: {cause}. "
-            "Restarts stopped."
-        )
-        _write(_control_dir(config) / f"{app}.crashloop.json", {"at": now.isoformat(), "reason": reason})
-        raise CrashLoopError(f"{app} is crash-looping: {reason}")
-    history.append(now.isoformat())
-    _write(history_path, {"restarts": history})
-    return len(history)
-
-
 @dataclass(frozen=True)
 class AppStatus:
     app: str
-    state: str  # running | stopped | paused | crash-looping | failed | not started
+    state: str  # running | starting | stopped | paused | crash-looping | failed | not running
     detail: str
 
 
-def app_status(config: PipelineConfig, app: str, running_pids: list[int]) -> AppStatus:
-    looping = crash_loop(config, app)
-    desired = desired_state(config, app)
-    ended = last_exit(config, app) or {}
+def app_status(config: PipelineConfig, app: str) -> AppStatus:
+    store = ControlStore(config)
+    looping = store.crash_loop(app)
+    desired = store.desired(app)
+    ended = store.last_exit(app) or {}
+    running_pids = store.running_pids(app)
     if looping:
         return AppStatus(app, "crash-looping", looping.get("reason", ""))
     if running_pids:
         suffix = " (supervision paused)" if desired["desired"] == "paused" else ""
         return AppStatus(app, "running", f"pid {', '.join(map(str, running_pids))}{suffix}")
+    starting = store.starting(app)
+    if starting:
+        return AppStatus(app, "starting", f"launched by pid {starting['pid']} at {starting['at']}")
     if desired["desired"] == "stopped":
         return AppStatus(app, "stopped", f"by {desired.get('by')} at {desired.get('at')}")
     if desired["desired"] == "paused":
@@ -170,21 +262,3 @@ def app_status(config: PipelineConfig, app: str, running_pids: list[int]) -> App
     if ended.get("status") == "failed":
         return AppStatus(app, "failed", f"{ended.get('detail')} at {ended.get('at')}")
     return AppStatus(app, "not running", f"last exit: {ended.get('status', 'never ran')}")
-
-
-def mark_running(config: PipelineConfig, app: str) -> None:
-    """Called by the app's driver at start; status and the supervisor read it."""
-    _write(
-        _control_dir(config) / f"{app}.running.json", {"pid": os.getpid(), "started_at": _now().isoformat()}
-    )
-
-
-def mark_not_running(config: PipelineConfig, app: str) -> None:
-    (_control_dir(config) / f"{app}.running.json").unlink(missing_ok=True)
-
-
-def running_app_pids(config: PipelineConfig, app: str) -> list[int]:
-    """The driver's pid when it is alive (a kill -9 leaves the file, but not the process)."""
-    record = _read(_control_dir(config) / f"{app}.running.json") or {}
-    pid = record.get("pid")
-    return [pid] if isinstance(pid, int) and Path(f"/proc/{pid}").exists() else []

@@ -19,8 +19,8 @@ plans, before ``withWatermark``:
   max event time and max Kafka timestamp per topic partition and per input stream;
 * ``observe_quarantine(parsed, "sensors")``: how many rows got a quarantine reason.
 
-The supervisor calls ``record_restart(config, app)`` before it restarts an app; the count lives in
-``<control>/<app>.restarts.json`` and is exported as ``pipeline_restarts_total``.
+The supervisor counts each restart in the control store (``ControlStore.record_restart``); the total
+is exported as ``pipeline_restarts_total``, so it survives the restarts themselves.
 
 Gauges that depend on "now" (lags) are computed when Prometheus scrapes, so a stalled query shows a
 growing lag instead of its last value. ``METRICS`` lists every exported metric (the contract for the
@@ -39,10 +39,10 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from stream_pipelines.config import Duration, PipelineConfig, TopicSettings
+from stream_pipelines.control import ControlStore
 from stream_pipelines.registry import app as declared_app
 
 if TYPE_CHECKING:
@@ -239,45 +239,6 @@ def observe_quarantine(df: DataFrame, name: str, reason_column: str = "quarantin
     )
 
 
-# --------------------------------------------------------------------------- restarts
-
-
-def restarts_file(config: PipelineConfig, app: str) -> Path:
-    control = config.data_path("control")
-    if "://" in control:
-        raise ValueError(f"paths.control must be a local folder to count restarts, not {control}")
-    return Path(control) / f"{app}.restarts.json"
-
-
-def record_restart(config: PipelineConfig, app: str) -> int:
-    """Add one to the app's persistent restart count and return the new count.
-
-    Safe against concurrent callers (a lock file) and crashes (write to a temporary file, then
-    rename), so the counter never goes backwards and rate()/increase() stay right.
-    """
-    import fcntl
-
-    target = restarts_file(config, app)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.with_suffix(".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        count = read_restarts(target) + 1
-        temporary = target.with_suffix(".tmp")
-        temporary.write_text(json.dumps({"app": app, "restarts": count, "last_restart_at": time.time()}))
-        temporary.replace(target)
-    return count
-
-
-def read_restarts(path: Path) -> int:
-    try:
-        return int(json.loads(path.read_text())["restarts"])
-    except FileNotFoundError:
-        return 0
-    except (ValueError, KeyError, TypeError) as error:
-        logger.warning("ignoring unreadable restart count in %s: %s", path, error)
-        return 0
-
-
 # --------------------------------------------------------------------------- configured values
 
 
@@ -339,10 +300,7 @@ class ProgressRecorder:
         self._trigger_seconds = declared_app(app).trigger(config).seconds
         self._stream_delays = watermark_delays(config, app)
         self._query_delay = max(self._stream_delays.values(), default=None)
-        # A remote control folder cannot hold the counter; the metric is then left out.
-        self._restarts_path: Path | None = None
-        with contextlib.suppress(ValueError):
-            self._restarts_path = restarts_file(config, app)
+        self._control = ControlStore(config)
         self._lock = threading.Lock()
         self._queries: dict[str, _QueryState] = {}
         self._names_by_id: dict[str, str] = {}
@@ -504,8 +462,7 @@ class ProgressRecorder:
                     delay = state.stream_delay.get(stream)
                     if delay is not None:
                         add("pipeline_stream_watermark_seconds", (*labels, stream), newest - delay)
-        if self._restarts_path is not None:
-            add("pipeline_restarts_total", (self.app,), read_restarts(self._restarts_path))
+        add("pipeline_restarts_total", (self.app,), self._control.restarts(self.app).total)
         yield from families.values()
 
 

@@ -27,7 +27,9 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk.definitions.retry_policy import RetryDecision, RetryPolicy
 
 from stream_pipelines.config import PROJECT_ROOT
+from stream_pipelines.exit_codes import NOT_RETRIED
 from stream_pipelines.registry import APP_NAMES
+from stream_pipelines.registry import app as declared_app
 
 # Effectively unbounded: the crash-loop guard, not a try count, decides when restarts stop.
 SUPERVISOR_RETRIES = 1000
@@ -50,26 +52,23 @@ class SupervisorRetryPolicy(RetryPolicy):
     def evaluate(
         self, exception: BaseException, try_number: int, max_tries: int, context=None
     ) -> RetryDecision:
-        from stream_pipelines.control import CrashLoopError, record_restart_attempt
-        from stream_pipelines.metrics import record_restart
+        from stream_pipelines.control import ControlStore, CrashLoopError
 
         config = _config()
         settings = config.supervision
         cause = _describe_crash(exception)
         exit_code = _exit_code(exception)
-        if exit_code in _NOT_RETRIED_EXIT_CODES:
-            return RetryDecision.fail(reason=f"{self.app}: {cause}: {_NOT_RETRIED_EXIT_CODES[exit_code]}")
+        if exit_code in NOT_RETRIED:
+            return RetryDecision.fail(reason=f"{self.app}: {cause}: {NOT_RETRIED[exit_code]}")
         try:
-            restarts = record_restart_attempt(
-                config,
+            restarts = ControlStore(config).record_restart(
                 self.app,
+                cause=cause,
                 limit=settings.max_restarts,
                 window=timedelta(seconds=settings.crash_loop_window.seconds),
-                cause=cause,
             )
         except CrashLoopError as error:
             return RetryDecision.fail(reason=str(error))
-        record_restart(config, self.app)
         base = settings.retry_delay.seconds * settings.backoff_multiplier ** max(try_number - 1, 0)
         # Full jitter on top of the base spreads restarts of several apps that failed together.
         delay = min(base * (1 + random.random()), settings.max_retry_delay.seconds)
@@ -87,20 +86,6 @@ class SupervisorRetryPolicy(RetryPolicy):
     @classmethod
     def deserialize(cls, data: dict[str, Any]) -> SupervisorRetryPolicy:
         return cls(data["app"])
-
-
-# Exits that a restart cannot fix: a person has to act, so they fail at once instead of looping.
-_NOT_RETRIED_EXIT_CODES = {
-    2: "the configuration is invalid (see the message above)",
-    4: "the checkpoint preflight refused to start (see the message above)",
-}
-
-
-# Exits that a restart cannot fix: a person has to act, so they fail at once instead of looping.
-_NOT_RETRIED_EXIT_CODES = {
-    2: "the configuration is invalid (see the message above)",
-    4: "the checkpoint preflight refused to start (see the message above)",
-}
 
 
 def _exit_code(exception: BaseException) -> int | None:
@@ -125,23 +110,26 @@ class StreamingAppOperator(SparkSubmitOperator):
     """spark-submit of one streaming app with the pipeline's config, read when the task runs."""
 
     def __init__(self, *, app: str, **kwargs: Any) -> None:
-        if app not in APP_NAMES:
-            raise ValueError(f"unknown app {app!r}; the apps are: {', '.join(APP_NAMES)}")
-        super().__init__(application=str(PROJECT_ROOT / "spark_apps" / f"{app}.py"), name=app, **kwargs)
+        super().__init__(application=declared_app(app).entry_point, name=app, **kwargs)
         self.app = app
 
     def execute(self, context: Any) -> None:
         from airflow.sdk.exceptions import AirflowFailException
 
         from stream_pipelines.checkpoints import CheckpointError, preflight
-        from stream_pipelines.control import clear_stale_stop_marker, should_run
+        from stream_pipelines.control import ControlStore, should_run
         from stream_pipelines.runtime import spark_conf
         from stream_pipelines.submit import application_args, submit_environment
+        from stream_pipelines.topics import MissingTopicsError, require_topics
 
         config = _config()
         wanted, why = should_run(config, self.app)
         if not wanted:
             raise AirflowFailException(f"not starting: {why}")
+        try:
+            require_topics(config, self.app)
+        except MissingTopicsError as error:
+            raise AirflowFailException(str(error)) from None
         try:
             report = preflight(config, self.app)
         except CheckpointError as error:
@@ -149,8 +137,10 @@ class StreamingAppOperator(SparkSubmitOperator):
                 f"checkpoint preflight refused to start {self.app}:\n{error}"
             ) from None
         self.log.info("checkpoint preflight for %s:\n%s", self.app, report.describe())
-        if clear_stale_stop_marker(config, self.app):
+        store = ControlStore(config)
+        if store.clear_stop(self.app):
             self.log.info("removed a stop marker left by an earlier stop")
+        store.mark_starting(self.app)
 
         self.conf = spark_conf(config)
         self.application_args = application_args(config, "processing")
@@ -174,10 +164,10 @@ class StreamingAppOperator(SparkSubmitOperator):
 
     def on_kill(self) -> None:
         """Airflow is stopping the task: ask the app to drain and stop before anything harsher."""
-        from stream_pipelines.control import request_graceful_stop
+        from stream_pipelines.control import ControlStore
 
         config = _config()
-        request_graceful_stop(config, self.app)
+        ControlStore(config).request_stop(self.app)
         deadline = time.monotonic() + config.supervision.drain_timeout.seconds
         process = getattr(self._hook, "_submit_sp", None) if self._hook else None
         while process is not None and process.poll() is None and time.monotonic() < deadline:
@@ -204,12 +194,12 @@ def control_app(app: str, action: str, reason: str, requested_by: str) -> str:
 
 
 def status_table() -> str:
-    from stream_pipelines.control import app_status, running_app_pids
+    from stream_pipelines.control import app_status
 
     config = _config()
     lines = [f"{'app':<20} {'state':<14} detail"]
     for app in APP_NAMES:
-        status = app_status(config, app, running_app_pids(config, app))
+        status = app_status(config, app)
         lines.append(f"{app:<20} {status.state:<14} {status.detail}")
     table = "\n".join(lines)
     print(table, flush=True)
@@ -225,11 +215,12 @@ def reset_checkpoint(params: dict[str, Any]) -> str:
     from airflow.sdk.exceptions import AirflowFailException
 
     from stream_pipelines.checkpoints import CheckpointError, parse_offsets_argument, parse_reset_time, reset
-    from stream_pipelines.control import desired_state, running_app_pids
+    from stream_pipelines.control import ControlStore
 
     config = _config()
     app = params["app"]
-    if running_app_pids(config, app) or desired_state(config, app)["desired"] != "stopped":
+    store = ControlStore(config)
+    if store.running_pids(app) or store.desired(app)["desired"] != "stopped":
         raise AirflowFailException(
             f"{app} must be stopped first: trigger pipeline_control with app={app}, action=stop, "
             "wait for its supervisor run to finish, then reset"

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import TYPE_CHECKING, Any, Literal
 
-from stream_pipelines.config import Duration, PipelineConfig, TopicSettings
+from stream_pipelines.config import PROJECT_ROOT, Duration, PipelineConfig, TopicSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -320,6 +320,11 @@ class App:
     @property
     def query_names(self) -> tuple[str, ...]:
         return tuple(query.name for query in self.queries)
+
+    @property
+    def entry_point(self) -> str:
+        """The spark-submit script (``spark_apps/<name>.py``, one line calling the app's ``main``)."""
+        return str(PROJECT_ROOT / "spark_apps" / f"{self.name}.py")
 
     def trigger(self, config: PipelineConfig) -> Duration:
         return getattr(config, self.settings_section).trigger

@@ -1,20 +1,16 @@
 """The thin edge around the pure transforms: Spark session, sources, sinks, triggers, graceful stop.
 
 Nothing here computes business results; apps compose ``read_raw`` -> pure transforms -> ``StreamSink``
-and hand the sinks to ``run_streams``, which owns start-up, the stop signals and the exit code.
+(``file_sink``/``kafka_sink`` take the location from the query's registry declaration), and
+``lifecycle.run_streams`` starts them with ``start_sink``.
 """
 
 from __future__ import annotations
 
 import json
-import signal
 import sys
-import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from stream_pipelines import jvm, registry
@@ -25,9 +21,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
+    from stream_pipelines.registry import Query
+
 TriggerMode = Literal["processing", "available-now"]
-EXIT_OK = 0
-EXIT_QUERY_FAILED = 3
 
 _STATE_STORE_PROVIDERS = {
     "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
@@ -201,6 +197,31 @@ class StreamSink:
     foreach_batch: Callable[[DataFrame, int], None] | None = None
 
 
+def file_sink(config: PipelineConfig, query: Query, frame: DataFrame) -> StreamSink:
+    """A query appending to its registry dataset (Parquet file sink, exactly once with its checkpoint)."""
+    if query.sink is None:
+        raise ValueError(f"query {query.name} has no sink dataset in the registry")
+    return StreamSink(
+        name=query.name, frame=frame, path=query.sink.location(config), partition_by=query.sink.partition_by
+    )
+
+
+def kafka_sink(
+    config: PipelineConfig, query: Query, frame: DataFrame, output_mode: Literal["append", "update"]
+) -> StreamSink:
+    """A query writing key/value records to its registry sink topic."""
+    topic = query.sink_topic_settings(config)
+    if topic is None:
+        raise ValueError(f"query {query.name} has no sink topic in the registry")
+    return StreamSink(
+        name=query.name,
+        frame=frame,
+        output_mode=output_mode,
+        format="kafka",
+        options=kafka_sink_options(config, topic),
+    )
+
+
 def start_sink(config: PipelineConfig, app: str, sink: StreamSink, trigger: TriggerMode) -> StreamingQuery:
     writer = (
         sink.frame.writeStream.queryName(f"{app}.{sink.name}")
@@ -221,110 +242,6 @@ def start_sink(config: PipelineConfig, app: str, sink: StreamSink, trigger: Trig
     else:
         writer = writer.trigger(processingTime=registry.app(app).trigger(config).spark())
     return writer.start()
-
-
-class StopRequest:
-    """Set by SIGTERM/SIGINT or by the app's stop-marker file; polled between batches."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-        self.reason: str | None = None
-
-    def install_signal_handlers(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, self._on_signal)
-
-    def _on_signal(self, signum: int, _frame: object) -> None:
-        self.reason = f"signal {signal.Signals(signum).name}"
-
-    def requested(self) -> bool:
-        if self.reason is None and self.marker.exists():
-            self.reason = f"stop marker {self.marker}"
-        return self.reason is not None
-
-
-def run_streams(
-    config: PipelineConfig,
-    app: str,
-    sinks: Sequence[StreamSink],
-    trigger: TriggerMode,
-    *,
-    poll_s: float = 1.0,
-    drain_timeout_s: float = 300.0,
-    on_started: Callable[[list[StreamingQuery]], None] | None = None,
-) -> int:
-    """Run the app's queries until they finish (available-now), fail, or a stop is requested.
-
-    Returns EXIT_OK after a finished or deliberate stop, EXIT_QUERY_FAILED when a query died; the
-    supervisor relies on that difference. A deliberate stop drains the batch in flight first.
-    """
-    from stream_pipelines.control import mark_not_running, mark_running
-
-    stop = StopRequest(config.stop_marker(app))
-    stop.install_signal_handlers()
-    queries = [start_sink(config, app, sink, trigger) for sink in sinks]
-    mark_running(config, app)
-    if on_started:
-        on_started(queries)
-    _log(app, f"started {len(queries)} queries ({trigger}): {', '.join(q.name for q in queries)}")
-    try:
-        while True:
-            failed = [q for q in queries if not q.isActive and q.exception() is not None]
-            if failed:
-                for query in queries:
-                    if query.isActive:
-                        query.stop()
-                for query in failed:
-                    _log(app, f"query {query.name} failed: {query.exception()}")
-                write_exit_state(config, app, "failed", f"query {failed[0].name} failed")
-                return EXIT_QUERY_FAILED
-            if all(not q.isActive for q in queries):
-                write_exit_state(config, app, "finished", f"all queries finished ({trigger})")
-                _log(app, "all queries finished")
-                return EXIT_OK
-            if stop.requested():
-                _log(app, f"graceful stop requested by {stop.reason}: draining the batch in flight")
-                for query in queries:
-                    _drain_and_stop(query, drain_timeout_s)
-                stop.marker.unlink(missing_ok=True)
-                write_exit_state(config, app, "stopped", f"deliberate stop ({stop.reason})")
-                _log(app, "stopped after the last committed batch")
-                return EXIT_OK
-            queries[0].awaitTermination(poll_s)
-    except BaseException:
-        for query in queries:
-            if query.isActive:
-                query.stop()
-        raise
-    finally:
-        mark_not_running(config, app)
-
-
-def _drain_and_stop(query: StreamingQuery, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if query.isActive:
-        query.stop()
-
-
-def write_exit_state(config: PipelineConfig, app: str, status: str, detail: str) -> None:
-    """Record how the app last ended, for the supervisor and `pipelinectl status`."""
-    control = Path(config.data_path("control"))
-    if "://" in str(control):
-        return
-    control.mkdir(parents=True, exist_ok=True)
-    state = {"app": app, "status": status, "detail": detail, "at": datetime.now(UTC).isoformat()}
-    target = control / f"{app}.exit.json"
-    temporary = target.with_suffix(".tmp")
-    temporary.write_text(json.dumps(state))
-    temporary.replace(target)
-
-
-def _log(app: str, message: str) -> None:
-    print(f"[{datetime.now(UTC):%Y-%m-%d %H:%M:%S}Z] {app}: {message}", file=sys.stderr, flush=True)
 
 
 def parse_offsets(value: object) -> dict:

@@ -9,16 +9,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
-from stream_pipelines.registry import APP_NAMES
+from stream_pipelines.registry import app as declared_app
 from stream_pipelines.runtime import TriggerMode, spark_conf
 
 SPARK_APPS_DIR = PROJECT_ROOT / "spark_apps"
 
 
 def application_path(app: str) -> str:
-    if app not in APP_NAMES:
-        raise ValueError(f"unknown app {app!r}; the apps are: {', '.join(APP_NAMES)}")
-    return str(SPARK_APPS_DIR / f"{app}.py")
+    return declared_app(app).entry_point
 
 
 def application_args(

@@ -46,3 +46,35 @@ def ensure_topics(config: PipelineConfig, timeout_s: float = 30.0) -> dict[str, 
             futures[topic.name].result(timeout_s)
             outcome[topic.name] = f"created ({topic.partitions} partitions)"
     return outcome
+
+
+class MissingTopicsError(RuntimeError):
+    """A topic an app reads or writes does not exist: found at start-up, not by a producer time-out."""
+
+
+def require_topics(config: PipelineConfig, app: str, timeout_s: float = 15.0) -> None:
+    """Refuse to start an app whose source or sink topics are missing, naming them and the fix."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    from stream_pipelines.registry import app as declared_app
+
+    declared = declared_app(app)
+    needed = declared.sink_topic_names(config)
+    if config.source.kind == "kafka":
+        needed |= declared.source_topic_names(config)
+    if not needed:
+        return
+    try:
+        existing = set(AdminClient(config.kafka_client_config()).list_topics(timeout=timeout_s).topics)
+    except KafkaException as error:
+        raise MissingTopicsError(
+            f"{app}: cannot list the topics on {config.kafka.bootstrap_servers} to check that "
+            f"{', '.join(sorted(needed))} exist: {error}"
+        ) from None
+    missing = sorted(needed - existing)
+    if missing:
+        raise MissingTopicsError(
+            f"{app}: topic(s) {', '.join(missing)} do not exist on {config.kafka.bootstrap_servers}; "
+            f"create them with `pipelinectl topics` (same --env and --set as the app), then start {app} again"
+        )

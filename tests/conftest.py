@@ -155,13 +155,13 @@ def files_source_overrides(replay_root: Path) -> list[str]:
 
 def run_in_process(spark, config: PipelineConfig, app_module, trigger: str = "available-now"):
     """Run a real app's queries in this process (shared session); returns (exit code, queries)."""
-    from stream_pipelines.runtime import run_streams
+    from stream_pipelines.lifecycle import run_streams
 
     queries: list = []
-    code = run_streams(
+    ended = run_streams(
         config, app_module.APP, app_module.build_sinks(spark, config), trigger, on_started=queries.extend
     )
-    return code, {query.name.split(".", 1)[1]: query for query in queries}
+    return ended.code, {query.name.split(".", 1)[1]: query for query in queries}
 
 
 def committed_batches_of_files(output: Path) -> dict[str, int]:

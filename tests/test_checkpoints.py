@@ -19,7 +19,8 @@ import pytest
 from stream_pipelines import checkpoints
 from stream_pipelines.apps import raw_archive, sensor_aggregation
 from stream_pipelines.checkpoints import CheckpointError
-from stream_pipelines.runtime import parse_offsets, run_streams
+from stream_pipelines.lifecycle import run_streams
+from stream_pipelines.runtime import parse_offsets
 from tests.conftest import (
     Replay,
     committed_batches_of_files,
@@ -51,7 +52,7 @@ def run_only(spark, config, app_module, names: set[str]):
     every_sink = app_module.build_sinks(spark, config)
     queries: list = []
     chosen = [sink for sink in every_sink if sink.name in names]
-    code = run_streams(config, app_module.APP, chosen, "available-now", on_started=queries.extend)
+    code = run_streams(config, app_module.APP, chosen, "available-now", on_started=queries.extend).code
     return code, {query.name.split(".", 1)[1]: query for query in queries}, every_sink
 
 

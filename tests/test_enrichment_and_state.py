@@ -11,8 +11,9 @@ import pytest
 
 from stream_pipelines.apps import sensor_aggregation
 from stream_pipelines.config import DEFAULT_CONF_DIR
+from stream_pipelines.control import ControlStore
 from stream_pipelines.devtools import generator
-from stream_pipelines.runtime import run_streams
+from stream_pipelines.lifecycle import run_streams
 from tests.conftest import (
     Replay,
     create_topic,
@@ -56,7 +57,7 @@ def test_changed_metadata_is_picked_up_without_restarting_the_query(spark, broke
         sinks = sensor_aggregation.build_sinks(spark, config)
         outcome["code"] = run_streams(
             config, "sensor_aggregation", sinks, "processing", on_started=queries.extend
-        )
+        ).code
 
     replay.batch("sensors", [reading(1, 20.0)])
     runner = threading.Thread(target=run, daemon=True)
@@ -79,8 +80,7 @@ def test_changed_metadata_is_picked_up_without_restarting_the_query(spark, broke
 
         wait_for(emitted, 600, "the first window to be written")
     finally:
-        config.stop_marker("sensor_aggregation").parent.mkdir(parents=True, exist_ok=True)
-        config.stop_marker("sensor_aggregation").touch()
+        ControlStore(config).request_stop("sensor_aggregation")
         runner.join(180)
     assert outcome.get("code") == 0
     assert {query.id for query in queries} == query_ids, "the same queries ran throughout: no restart"

@@ -23,6 +23,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from stream_pipelines.config import PipelineConfig, load_config
+from stream_pipelines.control import ControlStore
 from stream_pipelines.devtools.generator import format_ts
 from stream_pipelines.metrics import (
     METRICS,
@@ -31,9 +32,6 @@ from stream_pipelines.metrics import (
     ProgressRecorder,
     observe_event_time,
     observe_quarantine,
-    read_restarts,
-    record_restart,
-    restarts_file,
 )
 
 if TYPE_CHECKING:
@@ -436,19 +434,22 @@ def test_disabled_metrics_start_nothing(spark: SparkSession, tmp_path: Path) -> 
 
 def test_restarts_survive_in_a_file_and_are_exported(spark: SparkSession, tmp_path: Path) -> None:
     config = exporter_config(tmp_path)
-    assert read_restarts(restarts_file(config, APP)) == 0
-    threads = [threading.Thread(target=record_restart, args=(config, APP)) for _ in range(8)]
+    store = ControlStore(config)
+    assert store.restarts(APP).total == 0
+    threads = [
+        threading.Thread(target=store.record_restart, args=(APP,), kwargs={"cause": "test"}) for _ in range(8)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert record_restart(config, APP) == 9
-    assert restarts_file(config, APP).name == f"{APP}.restarts.json"
+    assert store.record_restart(APP, cause="test") == 9
+    assert store.restarts_path(APP).name == f"{APP}.restarts.json"
 
     # A new exporter (as after a restart of the app) reports the persisted count.
     with MetricsExporter(config, APP).start(spark) as exporter:
         assert scrape(exporter.url or "").value("pipeline_restarts_total", app=APP) == 9
-        record_restart(config, APP)
+        store.record_restart(APP, cause="test")
         assert scrape(exporter.url or "").value("pipeline_restarts_total", app=APP) == 10
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from stream_pipelines.control import apply_action
+from stream_pipelines.control import ControlStore, apply_action
 from stream_pipelines.devtools import generator
 from stream_pipelines.topics import ensure_topics
 from tests.conftest import make_overrides_config, start_dag_test, wait_for
@@ -120,8 +120,8 @@ def test_crash_loop_guard_stops_restarts_and_says_why(airflow_env, archive_setup
     assert "raw_archive is crash-looping: 2 restarts within 1:00:00 (limit 2)" in output
     marker = json.loads((Path(config.data_path("control")) / "raw_archive.crashloop.json").read_text())
     assert "Restarts stopped" in marker["reason"]
-    history = json.loads((Path(config.data_path("control")) / "raw_archive.restart_history.json").read_text())
-    assert len(history["restarts"]) == 2
+    history = ControlStore(config).restarts("raw_archive")
+    assert len(history.recent) == 2
 
 
 def test_graceful_stop_is_not_restarted_as_a_crash(airflow_env, archive_setup, tmp_path):
@@ -138,6 +138,6 @@ def test_graceful_stop_is_not_restarted_as_a_crash(airflow_env, archive_setup, t
             os.killpg(supervisor.pid, signal.SIGKILL)
     assert "DAG RUN STATE success" in output, output[-3000:]
     assert "exited 0 (deliberate stop): not a crash, no restart" in output
-    assert not (Path(config.data_path("control")) / "raw_archive.restart_history.json").exists()
+    assert ControlStore(config).restarts("raw_archive").total == 0
     exit_state = json.loads((Path(config.data_path("control")) / "raw_archive.exit.json").read_text())
     assert exit_state["status"] == "stopped"

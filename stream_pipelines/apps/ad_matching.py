@@ -21,6 +21,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from stream_pipelines.config import Duration
+from stream_pipelines.registry import AD_MATCHING
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from stream_pipelines.config import PipelineConfig
     from stream_pipelines.runtime import StreamSink
 
-APP = "ad_matching"
+APP = AD_MATCHING.name
 
 
 def match_clicks(impressions: DataFrame, clicks: DataFrame, interval: Duration) -> DataFrame:
@@ -97,7 +98,7 @@ def deduplicated(events: DataFrame, time_column: str, delay: Duration) -> DataFr
 
 def build_sinks(spark: SparkSession, config: PipelineConfig) -> list[StreamSink]:
     from stream_pipelines.parsing import CLICK, IMPRESSION, parse_events, quarantined_events, valid_events
-    from stream_pipelines.runtime import StreamSink, read_raw
+    from stream_pipelines.runtime import file_sink, read_raw
 
     settings, topics = config.ads, config.kafka.topics
 
@@ -118,22 +119,17 @@ def build_sinks(spark: SparkSession, config: PipelineConfig) -> list[StreamSink]
     quarantine = quarantined_events(parsed_impressions(), IMPRESSION).unionByName(
         quarantined_events(parsed_clicks(), CLICK)
     )
+    query = AD_MATCHING.query
     return [
-        StreamSink(
-            name="matches",
-            frame=match_clicks(impressions(), clicks(), settings.match_interval),
-            path=config.output_dir("ad_matches"),
+        file_sink(config, query("matches"), match_clicks(impressions(), clicks(), settings.match_interval)),
+        file_sink(
+            config, query("ctr"), ctr_per_window(ad_events(impressions(), clicks()), settings.ctr_window)
         ),
-        StreamSink(
-            name="ctr",
-            frame=ctr_per_window(ad_events(impressions(), clicks()), settings.ctr_window),
-            path=config.output_dir("ad_ctr"),
-        ),
-        StreamSink(name="quarantine", frame=quarantine, path=f"{config.data_path('quarantine')}/{APP}"),
+        file_sink(config, query("quarantine"), quarantine),
     ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from stream_pipelines.apps.common import launch
+    from stream_pipelines.lifecycle import run_app
 
-    return launch(APP, __doc__ or APP, argv, build_sinks)
+    return run_app(APP, argv)

@@ -14,14 +14,15 @@ from typing import TYPE_CHECKING
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from stream_pipelines.registry import RAW_ARCHIVE
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from stream_pipelines.config import PipelineConfig
     from stream_pipelines.runtime import StreamSink
 
-APP = "raw_archive"
-ARCHIVE_PARTITIONS = ("topic", "arrival_date")
+APP = RAW_ARCHIVE.name
 
 
 def archive_rows(raw: DataFrame) -> DataFrame:
@@ -42,20 +43,13 @@ def archive_rows(raw: DataFrame) -> DataFrame:
 
 
 def build_sinks(spark: SparkSession, config: PipelineConfig) -> list[StreamSink]:
-    from stream_pipelines.runtime import StreamSink, read_raw
+    from stream_pipelines.runtime import file_sink, read_raw
 
     raw = read_raw(spark, config, config.kafka.topics.inputs())
-    return [
-        StreamSink(
-            name="archive",
-            frame=archive_rows(raw),
-            path=config.data_path("archive"),
-            partition_by=ARCHIVE_PARTITIONS,
-        )
-    ]
+    return [file_sink(config, RAW_ARCHIVE.query("archive"), archive_rows(raw))]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from stream_pipelines.apps.common import launch
+    from stream_pipelines.lifecycle import run_app
 
-    return launch(APP, __doc__ or APP, argv, build_sinks)
+    return run_app(APP, argv)

@@ -24,6 +24,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from stream_pipelines.config import Duration
+from stream_pipelines.registry import SENSOR_AGGREGATION
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from stream_pipelines.config import PipelineConfig
     from stream_pipelines.runtime import StreamSink
 
-APP = "sensor_aggregation"
+APP = SENSOR_AGGREGATION.name
 METADATA_COLUMNS = ("location", "building", "floor")
 
 
@@ -97,7 +98,7 @@ def readings_with_watermark(readings: DataFrame, delay: Duration) -> DataFrame:
 def build_sinks(spark: SparkSession, config: PipelineConfig) -> list[StreamSink]:
     from stream_pipelines.metrics import observe_event_time, observe_quarantine, topic_partitions
     from stream_pipelines.parsing import SENSOR_READING, parse_events, quarantined_events, valid_events
-    from stream_pipelines.runtime import StreamSink, kafka_sink_options, read_raw
+    from stream_pipelines.runtime import file_sink, kafka_sink, read_raw
     from stream_pipelines.sensor_metadata import sensor_metadata_frame
 
     settings, topics = config.sensors, config.kafka.topics
@@ -120,24 +121,19 @@ def build_sinks(spark: SparkSession, config: PipelineConfig) -> list[StreamSink]
     sliding = enrich_with_metadata(
         sliding_window_averages(readings(), settings.sliding_window, settings.slide), metadata
     )
+    query = SENSOR_AGGREGATION.query
     return [
-        StreamSink(name="tumbling", frame=tumbling, path=config.output_dir("sensor_windows")),
-        StreamSink(
-            name="sliding",
-            frame=sliding_to_kafka_records(sliding),
-            output_mode="update",
-            format="kafka",
-            options=kafka_sink_options(config, topics.sliding_averages),
-        ),
-        StreamSink(
-            name="quarantine",
-            frame=quarantined_events(observe_quarantine(parsed(), "sensors"), SENSOR_READING),
-            path=f"{config.data_path('quarantine')}/{APP}",
+        file_sink(config, query("tumbling"), tumbling),
+        kafka_sink(config, query("sliding"), sliding_to_kafka_records(sliding), output_mode="update"),
+        file_sink(
+            config,
+            query("quarantine"),
+            quarantined_events(observe_quarantine(parsed(), "sensors"), SENSOR_READING),
         ),
     ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from stream_pipelines.apps.common import launch
+    from stream_pipelines.lifecycle import run_app
 
-    return launch(APP, __doc__ or APP, argv, build_sinks)
+    return run_app(APP, argv)

@@ -239,7 +239,7 @@ def airflow_admin_password(home: str, timeout_s: float = 90) -> str | None:
 
 
 def down(config: PipelineConfig) -> int:
-    from stream_pipelines.control import running_app_pids
+    from stream_pipelines.control import ControlStore
     from stream_pipelines.devtools.broker import LocalBroker
 
     # Airflow first: it would otherwise see the apps' ends and restart them.
@@ -257,7 +257,8 @@ def down(config: PipelineConfig) -> int:
     # With the supervisors gone nothing restarts the apps: SIGTERM is the apps' graceful stop (finish the
     # batch in flight, commit, exit 0); a driver still there after the drain time is killed with its
     # spark-submit parent, which the checkpoint makes safe.
-    drivers = {pid: app for app in APP_NAMES for pid in running_app_pids(config, app)}
+    store = ControlStore(config)
+    drivers = {pid: app for app in APP_NAMES for pid in store.running_pids(app)}
     for pid in drivers:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
@@ -299,7 +300,7 @@ def stop_components(config: PipelineConfig, names: list[str]) -> set[int]:
 
 
 def status(config: PipelineConfig) -> int:
-    from stream_pipelines.control import app_status, running_app_pids
+    from stream_pipelines.control import app_status
     from stream_pipelines.devtools.broker import LocalBroker
 
     print(LocalBroker(config).status().describe())
@@ -308,6 +309,6 @@ def status(config: PipelineConfig) -> int:
         state = f"running (pid {pid})" if pid and _alive(pid) else "stopped"
         print(f"{component.name}: {state}")
     for app in APP_NAMES:
-        app_state = app_status(config, app, running_app_pids(config, app))
+        app_state = app_status(config, app)
         print(f"app {app}: {app_state.state} - {app_state.detail}")
     return 0

@@ -17,8 +17,14 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stream_pipelines.apps.common import EXIT_BAD_CONFIG, add_config_arguments, config_from_args
-from stream_pipelines.config import PROJECT_ROOT, ConfigError, PipelineConfig
+from stream_pipelines.config import (
+    PROJECT_ROOT,
+    ConfigError,
+    PipelineConfig,
+    add_config_arguments,
+    config_from_args,
+)
+from stream_pipelines.exit_codes import ExitCode
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -438,7 +444,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = config_from_args(args)
     except ConfigError as error:
         print(f"{APP}: {error}", file=sys.stderr)
-        return EXIT_BAD_CONFIG
+        return ExitCode.BAD_CONFIG
     try:
         result = run_reconciliation(config, args.date, progress=progress_printer())
     except UnexplainedDifferences as failure:

@@ -238,8 +238,9 @@ def run_spark_path(
     warmup: bool,
     interrupts: Interrupts,
 ) -> Sample:
-    from stream_pipelines.apps.raw_archive import ARCHIVE_PARTITIONS, archive_rows
+    from stream_pipelines.apps.raw_archive import archive_rows
     from stream_pipelines.parsing import SENSOR_READING, parse_events
+    from stream_pipelines.registry import ARCHIVE
     from stream_pipelines.runtime import StreamSink, read_raw, start_sink
 
     run = f"{path}-{'warmup' if warmup else 'round'}-{round_}"
@@ -255,7 +256,7 @@ def run_spark_path(
     elif path == "archive":
         output = Path(config.data_path("archive")) / run
         sink = StreamSink(
-            name=path, frame=archive_rows(raw), path=str(output), partition_by=ARCHIVE_PARTITIONS
+            name=path, frame=archive_rows(raw), path=str(output), partition_by=ARCHIVE.partition_by
         )
     else:
         raise ValueError(f"unknown path {path!r}")
@@ -448,7 +449,7 @@ def format_table(results: dict[str, Any]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from stream_pipelines.apps.common import add_config_arguments
+    from stream_pipelines.config import add_config_arguments
 
     parser = argparse.ArgumentParser(
         prog="python -m stream_pipelines.devtools.benchmarks.ingest",

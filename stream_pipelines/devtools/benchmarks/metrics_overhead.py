@@ -403,7 +403,7 @@ def format_table(results: dict[str, Any]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from stream_pipelines.apps.common import add_config_arguments
+    from stream_pipelines.config import add_config_arguments
 
     parser = argparse.ArgumentParser(
         prog="python -m stream_pipelines.devtools.benchmarks.metrics_overhead",

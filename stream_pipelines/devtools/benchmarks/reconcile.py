@@ -528,11 +528,11 @@ def generate(
     """Write archive, batch logs and streaming output under the config's data root; returns the manifest."""
     from pyspark.sql import functions as F
 
-    from stream_pipelines.apps.raw_archive import ARCHIVE_PARTITIONS
     from stream_pipelines.batch_log import query_log_dir
     from stream_pipelines.reconciliation.events import ARCHIVE_SCHEMA, arrival_cutoff
     from stream_pipelines.reconciliation.job import SENSOR_APP, SLIDING_QUERY, TUMBLING_QUERY
     from stream_pipelines.reconciliation.settings import settings_of
+    from stream_pipelines.registry import ARCHIVE
 
     timings: dict[str, float] = {}
     started = step = time.perf_counter()
@@ -580,7 +580,7 @@ def generate(
         raise BenchmarkError(
             f"the synthetic archive does not have the archive's schema: {'; '.join(mismatch)}"
         )
-    archive.write.mode("overwrite").partitionBy(*ARCHIVE_PARTITIONS).parquet(archive_path)
+    archive.write.mode("overwrite").partitionBy(*ARCHIVE.partition_by).parquet(archive_path)
     lap("archive_seconds")
     log(f"generate: archive written to {archive_path} ({timings['archive_seconds']:.0f}s)")
 
@@ -862,7 +862,7 @@ def jvm_pid(root: int) -> int | None:
 
 def benchmark_config(args: argparse.Namespace) -> PipelineConfig:
     """The user's env and --set overrides, then every data path inside the private data root."""
-    from stream_pipelines.apps.common import config_from_args
+    from stream_pipelines.config import config_from_args
 
     root = Path(args.data_root).resolve()
     private = [f"paths.data_root={root}", *(f"paths.{name}={name}" for name in PRIVATE_PATHS)]
@@ -1181,7 +1181,7 @@ def format_table(results: dict[str, Any]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from stream_pipelines.apps.common import add_config_arguments
+    from stream_pipelines.config import add_config_arguments
 
     parser = argparse.ArgumentParser(
         prog="python -m stream_pipelines.devtools.benchmarks.reconcile",

@@ -1320,7 +1320,7 @@ def start_rates(text: str) -> dict[str, float]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from stream_pipelines.apps.common import add_config_arguments
+    from stream_pipelines.config import add_config_arguments
 
     parser = argparse.ArgumentParser(
         prog="python -m stream_pipelines.devtools.benchmarks.streaming",

@@ -39,7 +39,7 @@ from stream_pipelines.devtools.generator import (
 )
 from stream_pipelines.devtools.partitioning import kafka_default_partition, murmur2, to_positive
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DELAY_KINDS = (ON_TIME, LATE_WITHIN, LATE_BEYOND)
 TIME_FIELDS = {"sensors": "ts", "impressions": "shown_at", "clicks_ads": "clicked_at"}
 REQUIRED_FIELDS = {

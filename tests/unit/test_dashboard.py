@@ -13,7 +13,7 @@ import yaml
 
 from stream_pipelines.metrics import EXPORTED_METRIC_NAMES
 
-MONITORING = Path(__file__).resolve().parents[1] / "monitoring"
+MONITORING = Path(__file__).resolve().parents[2] / "monitoring"
 DASHBOARD = MONITORING / "grafana" / "streaming_pipelines.json"
 # Series Prometheus makes itself for every target; the rules may use them, the dashboard does not.
 PROMETHEUS_SERIES = frozenset({"up"})

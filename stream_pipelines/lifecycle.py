@@ -1,0 +1,275 @@
+"""A streaming app's whole life, in the order it happens; every app's driver runs ``run_app``.
+
+    load config -> preflight -> take ownership -> start queries -> observe -> stop or fail -> record the exit
+
+- load config: ``--env``/``--conf-dir``/``--set``; a bad value exits ``BAD_CONFIG`` with the message;
+- preflight: the checkpoint preflight, before any JVM starts; a refusal exits ``CHECKPOINT_REFUSED``;
+- take ownership: the control store records this driver as the app's running process;
+- start queries: the app's ``build_sinks`` (checked against its registry declaration), fingerprints;
+- observe: the Prometheus exporter and the batch log follow the queries while they run;
+- stop or fail: a stop request (SIGTERM, SIGINT or the stop marker) drains the batch in flight; a failed
+  query stops the others;
+- record the exit: ``stopped``, ``finished`` or ``failed`` in the control store, and the exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import re
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from stream_pipelines.config import ConfigError, PipelineConfig, add_config_arguments, config_from_args
+from stream_pipelines.control import ControlStore, ExitStatus
+from stream_pipelines.exit_codes import ExitCode
+from stream_pipelines.registry import App
+from stream_pipelines.registry import app as declared_app
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from stream_pipelines.runtime import StreamSink, TriggerMode
+
+
+def run_app(app_name: str, argv: Sequence[str] | None = None) -> int:
+    """The driver's main: the whole life of one app, top to bottom."""
+    app = declared_app(app_name)
+    try:
+        config, trigger = load_app_config(app, argv)
+    except ConfigError as error:
+        _log(app.name, str(error))
+        return ExitCode.BAD_CONFIG
+    try:
+        refused = preflight(config, app)
+        if refused:
+            return refused
+
+        from stream_pipelines.runtime import get_spark
+
+        spark = get_spark(config, app.name)
+        with observed(config, app, spark) as on_started:
+            sinks = start_queries(config, app, spark)
+            return run_streams(config, app.name, sinks, trigger, on_started=on_started).code
+    finally:
+        # Whatever the way out, the launch is over: status must not say "starting" any more.
+        ControlStore(config).clear_starting(app.name)
+
+
+def load_app_config(app: App, argv: Sequence[str] | None) -> tuple[PipelineConfig, TriggerMode]:
+    parser = argparse.ArgumentParser(prog=app.name, description=app.description)
+    add_config_arguments(parser)
+    parser.add_argument(
+        "--trigger",
+        choices=["processing", "available-now"],
+        default="processing",
+        help="processing: run continuously at the configured interval; "
+        "available-now: process what is there now, then exit (backfills, tests)",
+    )
+    args = parser.parse_args(argv)
+    return config_from_args(args), args.trigger
+
+
+def preflight(config: PipelineConfig, app: App) -> ExitCode:
+    """Before the session, so a refused start costs no JVM: the topics exist, and the checkpoint may be
+    started from (its resume point lands in the log). ``OK``, or the exit code of the refusal."""
+    from stream_pipelines.checkpoints import CheckpointError
+    from stream_pipelines.checkpoints import preflight as checkpoint_preflight
+    from stream_pipelines.topics import MissingTopicsError, require_topics
+
+    try:
+        require_topics(config, app.name)
+    except MissingTopicsError as error:
+        _log(app.name, str(error))
+        return ExitCode.BAD_CONFIG
+    try:
+        print(checkpoint_preflight(config, app.name).describe(), file=sys.stderr, flush=True)
+    except CheckpointError as error:
+        _log(app.name, str(error))
+        return ExitCode.CHECKPOINT_REFUSED
+    return ExitCode.OK
+
+
+@contextlib.contextmanager
+def observed(
+    config: PipelineConfig, app: App, spark: SparkSession
+) -> Iterator[Callable[[list[StreamingQuery]], None]]:
+    """The metrics exporter and the batch log around the queries; yields what starts the batch log."""
+    from stream_pipelines.batch_log import BatchLogRecorder
+    from stream_pipelines.metrics import MetricsExporter
+
+    exporter = MetricsExporter(config, app.name).start(spark)
+    batch_log = BatchLogRecorder(config, app.name)
+    try:
+        yield batch_log.start
+    finally:
+        batch_log.stop()
+        exporter.stop()
+
+
+def start_queries(config: PipelineConfig, app: App, spark: SparkSession) -> list[StreamSink]:
+    """The app's queries as declared; a new checkpoint remembers the settings that shape its state."""
+    from stream_pipelines.checkpoints import record_fingerprints
+
+    sinks = app.build_sinks(spark, config)
+    record_fingerprints(config, app.name)
+    return sinks
+
+
+# --------------------------------------------------------------------------- running and stopping
+
+
+@dataclass(frozen=True)
+class AppExit:
+    """How a run ended: the exit code the supervisor reads and the record the control store keeps."""
+
+    code: ExitCode
+    status: ExitStatus
+    detail: str
+
+
+class StopRequest:
+    """Set by SIGTERM/SIGINT or by the app's stop marker; polled between batches."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+        self.reason: str | None = None
+
+    def install_signal_handlers(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._on_signal)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self.reason = f"signal {signal.Signals(signum).name}"
+
+    def requested(self) -> bool:
+        if self.reason is None and self.marker.exists():
+            self.reason = f"stop marker {self.marker}"
+        return self.reason is not None
+
+
+def run_streams(
+    config: PipelineConfig,
+    app: str,
+    sinks: Sequence[StreamSink],
+    trigger: TriggerMode,
+    *,
+    poll_s: float = 1.0,
+    on_started: Callable[[list[StreamingQuery]], None] | None = None,
+) -> AppExit:
+    """Own the app, run its queries until they finish (available-now), fail, or a stop is requested,
+    and record how it ended.
+
+    ``OK`` after a finished or deliberate stop, ``QUERY_FAILED`` when a query died; the supervisor
+    relies on that difference. A deliberate stop drains the batch in flight first.
+    """
+    from stream_pipelines.runtime import start_sink
+
+    store = ControlStore(config)
+    stop = StopRequest(store.stop_marker(app))
+    stop.install_signal_handlers()
+    queries = [start_sink(config, app, sink, trigger) for sink in sinks]
+    store.mark_running(app)
+    try:
+        if on_started:
+            on_started(queries)
+        _log(app, f"started {len(queries)} queries ({trigger}): {', '.join(q.name for q in queries)}")
+        ended = _watch(app, queries, stop, trigger, poll_s, config.supervision.drain_timeout.seconds)
+        if stop.reason is not None:
+            store.clear_stop(app)
+        store.record_exit(app, ended.status, ended.detail)
+        return ended
+    except BaseException:
+        for query in queries:
+            if query.isActive:
+                query.stop()
+        raise
+    finally:
+        store.mark_not_running(app)
+
+
+def _watch(
+    app: str,
+    queries: list[StreamingQuery],
+    stop: StopRequest,
+    trigger: TriggerMode,
+    poll_s: float,
+    drain_timeout_s: float,
+) -> AppExit:
+    from pyspark.errors import StreamingQueryException
+
+    while True:
+        failure = _failure(app, queries)
+        if failure is not None:
+            return failure
+        if all(not q.isActive for q in queries):
+            _log(app, "all queries finished")
+            return AppExit(ExitCode.OK, "finished", f"all queries finished ({trigger})")
+        if stop.requested():
+            _log(app, f"graceful stop requested by {stop.reason}: draining the batch in flight")
+            for query in queries:
+                _drain_and_stop(query, drain_timeout_s)
+            # Only a drain in which every query stopped cleanly is a stop: a batch that failed while
+            # draining is a failure the supervisor must see.
+            failure = _failure(app, queries)
+            if failure is not None:
+                return failure
+            _log(app, "stopped after the last committed batch")
+            return AppExit(ExitCode.OK, "stopped", f"deliberate stop ({stop.reason})")
+        with contextlib.suppress(StreamingQueryException):
+            # It raises when the query died; the check at the top of the loop reports that.
+            queries[0].awaitTermination(poll_s)
+
+
+def _failure(app: str, queries: list[StreamingQuery]) -> AppExit | None:
+    """The first failed query as the app's exit (the others are stopped), or None."""
+    failed = [q for q in queries if not q.isActive and q.exception() is not None]
+    if not failed:
+        return None
+    for query in queries:
+        if query.isActive:
+            query.stop()
+    for query in failed:
+        _log(app, f"query {query.name} failed: {query.exception()}")
+    return AppExit(
+        ExitCode.QUERY_FAILED,
+        "failed",
+        f"query {failed[0].name} failed: {error_summary(failed[0].exception())}",
+    )
+
+
+_ERROR_LINE = re.compile(r"^\s*(?:[\w$]+\.)*[\w$]*(?:Error|Exception)(?::\s.*)?$")
+
+
+def error_summary(error: object) -> str:
+    """The line that says what went wrong: the innermost ``SomeError: message`` of Spark's and Py4J's
+    wrapped traces (their own first line is a generic wrapper), else the first line."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    causes = [line for line in lines if _ERROR_LINE.match(line)]
+    return (causes[-1] if causes else lines[0] if lines else type(error).__name__)[:300]
+
+
+def _drain_and_stop(query: StreamingQuery, timeout_s: float) -> None:
+    from pyspark.errors import StreamingQueryException
+
+    deadline = time.monotonic() + timeout_s
+    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if query.isActive:
+        # A query that dies between the check and the stop is reported by its exception, not here.
+        with contextlib.suppress(StreamingQueryException):
+            query.stop()
+
+
+def _log(app: str, message: str) -> None:
+    print(f"[{datetime.now(UTC):%Y-%m-%d %H:%M:%S}Z] {app}: {message}", file=sys.stderr, flush=True)

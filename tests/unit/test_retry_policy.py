@@ -1,0 +1,74 @@
+"""The supervisor's retry policy: backoff with jitter, no retry where a restart cannot help, the guard."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from stream_pipelines.exit_codes import ExitCode
+
+APP = "raw_archive"
+
+
+@pytest.fixture
+def policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """SupervisorRetryPolicy reading the config the way a worker does: from PIPELINE__ variables."""
+    monkeypatch.setenv("AIRFLOW_HOME", os.environ.get("AIRFLOW_HOME", str(tmp_path / "airflow")))
+    for key, value in {
+        "PATHS__DATA_ROOT": str(tmp_path / "data"),
+        "SUPERVISION__RETRY_DELAY": "10 seconds",
+        "SUPERVISION__BACKOFF_MULTIPLIER": "2",
+        "SUPERVISION__MAX_RETRY_DELAY": "60 seconds",
+        "SUPERVISION__MAX_RESTARTS": "3",
+    }.items():
+        monkeypatch.setenv(f"PIPELINE__{key}", value)
+    from stream_pipelines.orchestration import SupervisorRetryPolicy
+
+    return SupervisorRetryPolicy(APP)
+
+
+def crash(code: int) -> RuntimeError:
+    # What the Spark provider's hook raises: the whole command line, then the exit code.
+    return RuntimeError(f"Cannot execute: spark-submit --master local[2] app.py. Error code is: {code}.")
+
+
+def store(tmp_path: Path):
+    from stream_pipelines.config import load_config
+    from stream_pipelines.control import ControlStore
+
+    return ControlStore(load_config("local", [f"paths.data_root={tmp_path / 'data'}"], environ={}))
+
+
+@pytest.mark.parametrize("code", [ExitCode.BAD_CONFIG, ExitCode.CHECKPOINT_REFUSED])
+def test_exits_a_restart_cannot_fix_fail_at_once_and_count_nothing(policy, tmp_path, code):
+    decision = policy.evaluate(crash(code), try_number=1, max_tries=1000)
+    assert decision.action.name == "FAIL"
+    assert f"spark-submit exited with code {int(code)}" in decision.reason
+    assert store(tmp_path).restarts(APP).total == 0
+
+
+def test_a_crash_is_retried_after_a_jittered_backoff_and_counted_once(policy, tmp_path):
+    decision = policy.evaluate(crash(ExitCode.QUERY_FAILED), try_number=1, max_tries=1000)
+    assert decision.action.name == "RETRY"
+    assert timedelta(seconds=10) <= decision.retry_delay <= timedelta(seconds=20)
+    assert "restart 1 within the window, from its checkpoint" in decision.reason
+    assert store(tmp_path).restarts(APP).total == 1
+
+
+def test_the_backoff_grows_per_try_and_is_capped(policy):
+    third = policy.evaluate(crash(-9), try_number=3, max_tries=1000)
+    assert timedelta(seconds=40) <= third.retry_delay <= timedelta(seconds=60)
+    assert "killed by signal 9" in third.reason
+
+
+def test_the_guard_stops_restarts_at_the_limit(policy, tmp_path):
+    for try_number in (1, 2, 3):
+        decision = policy.evaluate(crash(3), try_number=try_number, max_tries=1000)
+        assert decision.action.name == "RETRY"
+    stopped = policy.evaluate(crash(3), try_number=4, max_tries=1000)
+    assert stopped.action.name == "FAIL"
+    assert "raw_archive is crash-looping: 3 restarts within 1:00:00 (limit 3)" in stopped.reason
+    assert store(tmp_path).crash_loop(APP) is not None
