@@ -294,6 +294,19 @@ class SupervisionSettings(_Section):
     poll_interval: PositiveDuration = Duration(30)
     # How long a deliberate stop may take to drain the batch in flight before it is forced.
     drain_timeout: PositiveDuration = Duration(300)
+    # The driver renews its lease this often; a lease not renewed for lease_timeout is stale and may be
+    # taken over (on the same host a dead driver's lease is stale at once).
+    heartbeat_interval: PositiveDuration = Duration(5)
+    lease_timeout: PositiveDuration = Duration(45)
+
+    @model_validator(mode="after")
+    def _lease_outlives_heartbeats(self) -> SupervisionSettings:
+        if self.lease_timeout.seconds < 3 * self.heartbeat_interval.seconds:
+            raise ValueError(
+                f"lease_timeout ({self.lease_timeout}) must be at least 3 heartbeat_intervals "
+                f"({self.heartbeat_interval}): one late renewal must not hand the app to a second driver"
+            )
+        return self
 
 
 class ReconciliationTolerances(_Section):

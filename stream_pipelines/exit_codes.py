@@ -15,6 +15,8 @@ class ExitCode(IntEnum):
     QUERY_FAILED = 3
     # The checkpoint preflight refused to start; a person has to act.
     CHECKPOINT_REFUSED = 4
+    # Another driver owns the app's lease (or took it over from this one): not a crash.
+    OWNED_ELSEWHERE = 5
 
 
 # Exits that a restart cannot fix: the supervisor fails at once instead of looping, with this reason.

@@ -4,9 +4,11 @@
 
 - load config: ``--env``/``--conf-dir``/``--set``; a bad value exits ``BAD_CONFIG`` with the message;
 - preflight: the checkpoint preflight, before any JVM starts; a refusal exits ``CHECKPOINT_REFUSED``;
-- take ownership: the control store records this driver as the app's running process;
+- take ownership: the app's lease (``lease.py``): a second driver refuses with ``OWNED_ELSEWHERE``,
+  and the control store records this driver as the app's running process;
 - start queries: the app's ``build_sinks`` (checked against its registry declaration), fingerprints;
-- observe: the Prometheus exporter and the batch log follow the queries while they run;
+- observe: the Prometheus exporter and the batch log follow the queries while they run, and the lease
+  is renewed on its own timer with each query's last batch;
 - stop or fail: a stop request (SIGTERM, SIGINT or the stop marker) drains the batch in flight; a failed
   query stops the others;
 - record the exit: ``stopped``, ``finished`` or ``failed`` in the control store, and the exit code.
@@ -30,6 +32,7 @@ from typing import TYPE_CHECKING
 from stream_pipelines.config import ConfigError, PipelineConfig, add_config_arguments, config_from_args
 from stream_pipelines.control import ControlStore, ExitStatus
 from stream_pipelines.exit_codes import ExitCode
+from stream_pipelines.lease import Lease, LeaseHeldError, LeaseKeeper, LeaseRecord
 from stream_pipelines.registry import App
 from stream_pipelines.registry import app as declared_app
 
@@ -52,16 +55,37 @@ def run_app(app_name: str, argv: Sequence[str] | None = None) -> int:
         refused = preflight(config, app)
         if refused:
             return refused
-
-        from stream_pipelines.runtime import get_spark
-
-        spark = get_spark(config, app.name)
-        with observed(config, app, spark) as on_started:
-            sinks = start_queries(config, app, spark)
-            return run_streams(config, app.name, sinks, trigger, on_started=on_started).code
+        lease = Lease(config, app.name)
+        try:
+            owned = lease.acquire(log=lambda message: _log(app.name, message))
+        except LeaseHeldError as error:
+            _log(app.name, str(error))
+            return ExitCode.OWNED_ELSEWHERE
+        try:
+            return _run_owned(config, app, trigger, (lease, owned))
+        finally:
+            lease.release()
     finally:
         # Whatever the way out, the launch is over: status must not say "starting" any more.
         ControlStore(config).clear_starting(app.name)
+
+
+def _run_owned(
+    config: PipelineConfig, app: App, trigger: TriggerMode, owned: tuple[Lease, LeaseRecord]
+) -> ExitCode:
+    from stream_pipelines.metrics import MetricsPortInUseError
+    from stream_pipelines.runtime import get_spark
+
+    spark = get_spark(config, app.name)
+    owned[1].spark_app_id = spark.sparkContext.applicationId
+    try:
+        with observed(config, app, spark) as on_started:
+            sinks = start_queries(config, app, spark)
+            return run_streams(config, app.name, sinks, trigger, on_started=on_started, lease=owned).code
+    except MetricsPortInUseError as error:
+        # The lease already guards against a second driver: a taken port is a configuration problem.
+        _log(app.name, str(error))
+        return ExitCode.BAD_CONFIG
 
 
 def load_app_config(app: App, argv: Sequence[str] | None) -> tuple[PipelineConfig, TriggerMode]:
@@ -137,11 +161,16 @@ class AppExit:
 
 
 class StopRequest:
-    """Set by SIGTERM/SIGINT or by the app's stop marker; polled between batches."""
+    """Set by SIGTERM/SIGINT or by the app's stop marker; polled between batches. A lost lease is not a
+    request to drain but an order to stop at once: another driver owns the checkpoint now."""
 
     def __init__(self, marker: Path) -> None:
         self.marker = marker
         self.reason: str | None = None
+        self.lease_lost: str | None = None
+
+    def lose_lease(self, why: str) -> None:
+        self.lease_lost = why
 
     def install_signal_handlers(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -166,6 +195,7 @@ def run_streams(
     *,
     poll_s: float = 1.0,
     on_started: Callable[[list[StreamingQuery]], None] | None = None,
+    lease: tuple[Lease, LeaseRecord] | None = None,
 ) -> AppExit:
     """Own the app, run its queries until they finish (available-now), fail, or a stop is requested,
     and record how it ended.
@@ -180,6 +210,14 @@ def run_streams(
     stop.install_signal_handlers()
     queries = [start_sink(config, app, sink, trigger) for sink in sinks]
     store.mark_running(app)
+    keeper = None
+    if lease is not None:
+        keeper = LeaseKeeper(
+            *lease,
+            interval_s=config.supervision.heartbeat_interval.seconds,
+            progress=lambda: query_progress(queries),
+            on_lost=stop.lose_lease,
+        ).start()
     try:
         if on_started:
             on_started(queries)
@@ -195,7 +233,24 @@ def run_streams(
                 query.stop()
         raise
     finally:
+        if keeper is not None:
+            keeper.stop()
         store.mark_not_running(app)
+
+
+def query_progress(queries: list[StreamingQuery]) -> dict[str, dict[str, object]]:
+    """Each query's last batch as the lease carries it, for supervisors that follow the app."""
+    progress: dict[str, dict[str, object]] = {}
+    for query in queries:
+        last = query.lastProgress or {}
+        progress[query.name or str(query.id)] = {
+            "batch_id": last.get("batchId"),
+            "input_rows": last.get("numInputRows"),
+            "watermark": (last.get("eventTime") or {}).get("watermark"),
+            "at": last.get("timestamp"),
+            "active": query.isActive,
+        }
+    return progress
 
 
 def _watch(
@@ -209,6 +264,13 @@ def _watch(
     from pyspark.errors import StreamingQueryException
 
     while True:
+        if stop.lease_lost is not None:
+            # No drain: another driver owns the checkpoint, and every write from here on would race it.
+            for query in queries:
+                with contextlib.suppress(StreamingQueryException):
+                    query.stop()
+            _log(app, f"{stop.lease_lost}: stopped every query at once")
+            return AppExit(ExitCode.OWNED_ELSEWHERE, "failed", stop.lease_lost)
         failure = _failure(app, queries)
         if failure is not None:
             return failure

@@ -27,7 +27,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk.definitions.retry_policy import RetryDecision, RetryPolicy
 
 from stream_pipelines.config import PROJECT_ROOT
-from stream_pipelines.exit_codes import NOT_RETRIED
+from stream_pipelines.exit_codes import NOT_RETRIED, ExitCode
 from stream_pipelines.registry import APP_NAMES
 from stream_pipelines.registry import app as declared_app
 
@@ -60,6 +60,12 @@ class SupervisorRetryPolicy(RetryPolicy):
         exit_code = _exit_code(exception)
         if exit_code in NOT_RETRIED:
             return RetryDecision.fail(reason=f"{self.app}: {cause}: {NOT_RETRIED[exit_code]}")
+        if exit_code == ExitCode.OWNED_ELSEWHERE:
+            # Not a crash: another driver owns the app. The next try adopts it instead of starting one.
+            return RetryDecision.retry(
+                delay=timedelta(seconds=settings.heartbeat_interval.seconds),
+                reason=f"{self.app} is owned by another driver; the next try follows it",
+            )
         try:
             restarts = ControlStore(config).record_restart(
                 self.app,
@@ -118,6 +124,7 @@ class StreamingAppOperator(SparkSubmitOperator):
 
         from stream_pipelines.checkpoints import CheckpointError, preflight
         from stream_pipelines.control import ControlStore, should_run
+        from stream_pipelines.lease import Lease
         from stream_pipelines.runtime import spark_conf
         from stream_pipelines.submit import application_args, submit_environment
         from stream_pipelines.topics import MissingTopicsError, require_topics
@@ -126,6 +133,13 @@ class StreamingAppOperator(SparkSubmitOperator):
         wanted, why = should_run(config, self.app)
         if not wanted:
             raise AirflowFailException(f"not starting: {why}")
+        lease = Lease(config, self.app)
+        owner = lease.read()
+        if owner is not None and lease.is_live(owner):
+            # A driver this task did not start (an earlier try's, whose runner died) still owns the
+            # app: follow it instead of starting a second one on the same checkpoint.
+            self._adopt(config, lease, owner)
+            return
         try:
             require_topics(config, self.app)
         except MissingTopicsError as error:
@@ -162,6 +176,36 @@ class StreamingAppOperator(SparkSubmitOperator):
         super().execute(context)
         self.log.info("%s exited 0 (deliberate stop): not a crash, no restart", self.app)
 
+    def _adopt(self, config: Any, lease: Any, owner: Any) -> None:
+        """Follow a live owner until it ends: a graceful stop is success, anything else a failure that
+        the retry policy restarts from the checkpoint."""
+        from airflow.sdk.exceptions import AirflowException
+
+        from stream_pipelines.control import ControlStore
+
+        self.log.info("adopting %s: %s", self.app, owner.describe())
+        interval = config.supervision.heartbeat_interval.seconds
+        last_logged, last_batches = 0.0, None
+        while True:
+            time.sleep(interval)
+            current = lease.read()
+            if current is None:
+                ended = ControlStore(config).last_exit(self.app) or {}
+                if ended.get("status") in ("stopped", "finished"):
+                    self.log.info("adopted %s ended: %s (%s)", self.app, ended["status"], ended.get("detail"))
+                    return
+                how = f"{ended.get('status', 'no exit record')} {ended.get('detail', '')}".rstrip()
+                raise AirflowException(f"adopted {self.app} ended without a graceful stop: {how}")
+            if not lease.is_live(current):
+                raise AirflowException(
+                    f"adopted {self.app} stopped renewing its lease ({current.describe()}); "
+                    "restarting it from its checkpoint"
+                )
+            batches = {name: q.get("batch_id") for name, q in current.queries.items()}
+            if batches != last_batches and time.monotonic() - last_logged >= 30:
+                self.log.info("adopted %s progress: %s", self.app, _progress_line(current.queries))
+                last_logged, last_batches = time.monotonic(), batches
+
     def on_kill(self) -> None:
         """Airflow is stopping the task: ask the app to drain and stop before anything harsher."""
         from stream_pipelines.control import ControlStore
@@ -174,6 +218,13 @@ class StreamingAppOperator(SparkSubmitOperator):
             time.sleep(1)
         if process is None or process.poll() is None:
             super().on_kill()
+
+
+def _progress_line(queries: dict[str, dict[str, Any]]) -> str:
+    return "; ".join(
+        f"{name} batch {q.get('batch_id')} rows {q.get('input_rows')} watermark {q.get('watermark')}"
+        for name, q in sorted(queries.items())
+    )
 
 
 def app_is_wanted(app: str) -> bool:

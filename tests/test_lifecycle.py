@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,50 @@ def test_a_missing_sink_topic_is_refused_at_start_up_with_the_topic_named(broker
     assert time.monotonic() - started < 30, "found by a look-up, not by a producer time-out"
     message = capsys.readouterr().err
     assert "no-such-sliding-topic" in message and "pipelinectl topics" in message
+
+
+@pytest.mark.broker
+@pytest.mark.slow
+def test_a_second_run_of_a_running_app_refuses_and_the_first_is_unaffected(broker, make_overrides, tmp_path):
+    import subprocess
+
+    from stream_pipelines.lease import Lease
+    from stream_pipelines.topics import ensure_topics
+    from tests.conftest import produce, run_app
+
+    suffix = uuid.uuid4().hex[:6]
+    overrides = make_overrides(
+        "archive.trigger=1 seconds",
+        *(f"kafka.topics.{name}.name={name}-{suffix}" for name in ("sensors", "impressions", "clicks")),
+    )
+    config = make_overrides_config(overrides)
+    ensure_topics(config)
+    topic = config.kafka.topics.sensors.name
+    produce(config, topic, [(None, b'{"n": 1}')] * 20)
+    checkpoint = Path(config.checkpoint_dir(APP, "archive"))
+    first = run_app(APP, "processing", overrides)
+    try:
+        wait_for(lambda: (checkpoint / "commits" / "0").exists(), 300, "the first app's first batch")
+        owner = Lease(config, APP).read()
+        assert owner is not None and owner.pid != first.pid  # the driver, under spark-submit
+        second = run_app(APP, "processing", overrides, stderr=subprocess.PIPE, text=True)
+        _, errors = second.communicate(timeout=300)
+        assert second.returncode == ExitCode.OWNED_ELSEWHERE, errors[-2000:]
+        assert f"{APP} is already running: owner {owner.owner}" in errors
+        assert "heartbeat" in errors
+        committed = len(list((checkpoint / "commits").glob("[0-9]*")))
+        for _ in range(3):
+            produce(config, topic, [(None, b'{"n": 2}')] * 5)
+            time.sleep(2)
+        wait_for(
+            lambda: len(list((checkpoint / "commits").glob("[0-9]*"))) > committed + 1,
+            120,
+            "the first app to go on committing",
+        )
+        assert first.poll() is None, "the first app is unaffected"
+        assert Lease(config, APP).read().owner == owner.owner
+    finally:
+        ControlStore(config).request_stop(APP)
+        first.wait(180)
+    assert first.returncode == 0
+    assert Lease(config, APP).read() is None, "a graceful stop releases the lease"

@@ -1,0 +1,183 @@
+"""One owner per app: a lease kept beside the app's checkpoints, renewed by the driver on its own timer.
+
+Spark itself does not stop two drivers in different JVMs from using one checkpoint, and a supervisor
+that lost track of its driver (a killed Airflow task runner) would start a second. So a driver takes
+the app's lease before it starts any query:
+
+- no lease: created if absent (an exclusive create: of two drivers racing, one wins);
+- a live lease (heartbeat younger than ``supervision.lease_timeout``, and on this host a live pid):
+  refused, naming the owner and its heartbeat age (exit ``OWNED_ELSEWHERE``);
+- a stale lease: taken over, and the takeover is logged. The stale file is renamed aside first, so of
+  two drivers taking over at once only one succeeds.
+
+The owner renews it every ``supervision.heartbeat_interval`` (``LeaseKeeper``, a thread), with each
+query's last batch, so a supervisor can follow the app through the lease alone. A renewal that finds
+another owner means this driver was frozen past the timeout and replaced: it must stop at once. A
+graceful exit releases the lease.
+
+``Lease`` is the one class that touches the lease file; it works on a local (or mounted) filesystem
+with atomic create and rename.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stream_pipelines.config import PipelineConfig
+from stream_pipelines.storage import write_atomically
+
+LEASE_FILE = "lease.json"
+
+
+@dataclass
+class LeaseRecord:
+    owner: str
+    host: str
+    pid: int
+    started_at: float
+    heartbeat_at: float
+    spark_app_id: str | None = None
+    # Per query: last batch id, its input rows, its watermark and when it was reported.
+    queries: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def heartbeat_age(self, now: float | None = None) -> float:
+        return max((now or time.time()) - self.heartbeat_at, 0.0)
+
+    def describe(self, now: float | None = None) -> str:
+        spark_app = self.spark_app_id or "not started"
+        return (
+            f"owner {self.owner} (pid {self.pid} on {self.host}, Spark app {spark_app}), "
+            f"heartbeat {self.heartbeat_age(now):.0f}s ago"
+        )
+
+
+class LeaseHeldError(RuntimeError):
+    """Another driver owns the app: starting a second one would write the same checkpoint and sinks."""
+
+    def __init__(self, app: str, record: LeaseRecord) -> None:
+        self.record = record
+        super().__init__(
+            f"{app} is already running: {record.describe()}. Not starting a second driver on the same "
+            f"checkpoint; stop the running one first (`pipelinectl stop {app}`)"
+        )
+
+
+class LeaseLostError(RuntimeError):
+    """This driver's lease was taken over: it was frozen or cut off longer than the lease timeout."""
+
+
+class Lease:
+    """The lease file of one app, beside its checkpoints."""
+
+    def __init__(self, config: PipelineConfig, app: str) -> None:
+        self.app = app
+        self.path = Path(config.data_path("checkpoints")) / app / LEASE_FILE
+        self.timeout_s = config.supervision.lease_timeout.seconds
+        self.owner = uuid.uuid4().hex
+        self.host = socket.gethostname()
+
+    def read(self) -> LeaseRecord | None:
+        try:
+            return LeaseRecord(**json.loads(self.path.read_text()))
+        except FileNotFoundError:
+            return None
+        except (ValueError, TypeError):
+            # Half-written by a crashed writer cannot happen (atomic writes); a hand-edited file can.
+            return LeaseRecord(owner="unreadable", host="?", pid=-1, started_at=0.0, heartbeat_at=0.0)
+
+    def is_live(self, record: LeaseRecord, now: float | None = None) -> bool:
+        if record.heartbeat_age(now) >= self.timeout_s:
+            return False
+        # On this host a dead pid ends the lease at once: a kill -9 must not delay the restart.
+        return not (record.host == self.host and not Path(f"/proc/{record.pid}").exists())
+
+    def acquire(self, log: Callable[[str], None]) -> LeaseRecord:
+        """Own the app, or raise LeaseHeldError naming the live owner."""
+        now = time.time()
+        mine = LeaseRecord(self.owner, self.host, os.getpid(), now, now)
+        for _attempt in range(3):
+            if self._create(mine):
+                return mine
+            current = self.read()
+            if current is None:
+                continue  # released between our create and read: try again
+            if self.is_live(current):
+                raise LeaseHeldError(self.app, current)
+            aside = self.path.with_name(f"{LEASE_FILE}.stale-{uuid.uuid4().hex[:8]}")
+            try:
+                os.rename(self.path, aside)
+            except FileNotFoundError:
+                continue  # another driver took it over first; look again
+            log(f"took over a stale lease: {current.describe()} (kept as {aside.name})")
+        raise LeaseHeldError(self.app, self.read() or mine)
+
+    def _create(self, record: LeaseRecord) -> bool:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.path.with_name(f".{LEASE_FILE}.{self.owner}.tmp")
+        temporary.write_text(json.dumps(asdict(record)))
+        try:
+            # link() fails if the lease exists: an atomic create-if-absent of a complete file.
+            os.link(temporary, self.path)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            temporary.unlink(missing_ok=True)
+
+    def renew(self, record: LeaseRecord) -> None:
+        current = self.read()
+        if current is None or current.owner != self.owner:
+            taker = current.describe() if current else "nobody (the lease file is gone)"
+            raise LeaseLostError(f"{self.app}: lease lost, now held by {taker}")
+        record.heartbeat_at = time.time()
+        write_atomically(self.path, json.dumps(asdict(record)))
+
+    def release(self) -> None:
+        current = self.read()
+        if current is not None and current.owner == self.owner:
+            self.path.unlink(missing_ok=True)
+
+
+class LeaseKeeper:
+    """Renews the lease on its own timer while the queries run; reports a lost lease once."""
+
+    def __init__(
+        self,
+        lease: Lease,
+        record: LeaseRecord,
+        interval_s: float,
+        progress: Callable[[], dict[str, dict[str, Any]]],
+        on_lost: Callable[[str], None],
+    ) -> None:
+        self.lease, self.record, self.interval_s = lease, record, interval_s
+        self._progress, self._on_lost = progress, on_lost
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"lease-{lease.app}", daemon=True)
+
+    def start(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=self.interval_s + 5)
+
+    def _run(self) -> None:
+        while not self._stopping.wait(self.interval_s):
+            try:
+                self.record.queries = self._progress()
+                self.lease.renew(self.record)
+            except LeaseLostError as error:
+                self._on_lost(str(error))
+                return
+            except Exception as error:
+                print(f"lease ({self.lease.app}): renewal failed, retrying: {error}", flush=True)

@@ -1,0 +1,125 @@
+"""The app lease: one owner at a time, stale leases taken over, a lost lease noticed, released on exit."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from stream_pipelines.config import load_config
+from stream_pipelines.lease import Lease, LeaseHeldError, LeaseLostError
+
+APP = "raw_archive"
+
+
+@pytest.fixture
+def config(tmp_path: Path):
+    return load_config(
+        "local",
+        [
+            f"paths.data_root={tmp_path}",
+            "supervision.heartbeat_interval=1 seconds",
+            "supervision.lease_timeout=3 seconds",
+        ],
+        environ={},
+    )
+
+
+def test_a_second_owner_is_refused_with_the_owner_named(config):
+    first = Lease(config, APP)
+    held = first.acquire(log=print)
+    with pytest.raises(LeaseHeldError) as refused:
+        Lease(config, APP).acquire(log=print)
+    message = str(refused.value)
+    assert f"owner {held.owner} (pid {os.getpid()}" in message and "heartbeat 0s ago" in message
+    assert "pipelinectl stop raw_archive" in message
+
+
+def test_the_lease_lives_beside_the_apps_checkpoints(config, tmp_path):
+    Lease(config, APP).acquire(log=print)
+    assert (tmp_path / "checkpoints" / APP / "lease.json").is_file()
+
+
+def test_a_stale_lease_is_taken_over_and_the_takeover_is_logged(config):
+    old = Lease(config, APP)
+    record = old.acquire(log=print)
+    # Heartbeat older than the timeout, from another host (so its pid cannot be checked here).
+    record.heartbeat_at, record.host = time.time() - 10, "elsewhere"
+    old.path.write_text(json.dumps(record.__dict__))
+    said: list[str] = []
+    new = Lease(config, APP).acquire(log=said.append)
+    assert new.owner != record.owner
+    assert said and said[0].startswith(f"took over a stale lease: owner {record.owner}")
+    with pytest.raises(LeaseLostError, match="lease lost, now held by owner"):
+        old.renew(record)
+
+
+def test_a_dead_drivers_lease_on_this_host_is_stale_at_once(config):
+    old = Lease(config, APP)
+    record = old.acquire(log=print)
+    record.pid = 2**22 + 4321  # no such process
+    old.path.write_text(json.dumps(record.__dict__))
+    said: list[str] = []
+    Lease(config, APP).acquire(log=said.append)
+    assert "took over a stale lease" in said[0]
+
+
+def test_renewal_moves_the_heartbeat_and_release_frees_the_app(config):
+    lease = Lease(config, APP)
+    record = lease.acquire(log=print)
+    before = lease.read().heartbeat_at
+    time.sleep(0.05)
+    record.queries = {"raw_archive.archive": {"batch_id": 7}}
+    lease.renew(record)
+    current = lease.read()
+    assert current.heartbeat_at > before and current.queries["raw_archive.archive"]["batch_id"] == 7
+    lease.release()
+    assert lease.read() is None
+    Lease(config, APP).acquire(log=print)
+
+
+def test_release_by_a_driver_that_lost_the_lease_leaves_the_new_owners(config):
+    old = Lease(config, APP)
+    record = old.acquire(log=print)
+    record.heartbeat_at, record.host = 0.0, "elsewhere"
+    old.path.write_text(json.dumps(record.__dict__))
+    new = Lease(config, APP)
+    new.acquire(log=print)
+    old.release()
+    assert new.read().owner == new.owner
+
+
+def _race(config_args: list[str], start_at: float, results) -> None:
+    config = load_config("local", config_args, environ={})
+    while time.time() < start_at:
+        pass
+    try:
+        Lease(config, APP).acquire(log=lambda _message: None)
+        results.put("won")
+    except LeaseHeldError:
+        results.put("refused")
+
+
+def test_of_drivers_racing_for_a_free_lease_exactly_one_wins(tmp_path):
+    args = [f"paths.data_root={tmp_path}"]
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    start_at = time.time() + 0.5
+    racers = [context.Process(target=_race, args=(args, start_at, results)) for _ in range(6)]
+    for racer in racers:
+        racer.start()
+    outcomes = sorted(results.get(timeout=30) for _ in racers)
+    for racer in racers:
+        racer.join(30)
+    assert outcomes == ["refused"] * 5 + ["won"]
+
+
+def test_a_lease_timeout_shorter_than_three_heartbeats_is_a_config_error():
+    from stream_pipelines.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"lease_timeout .* must be at least 3 heartbeat_intervals"):
+        load_config("local", ["supervision.lease_timeout=10 seconds"], environ={})
