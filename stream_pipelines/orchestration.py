@@ -133,7 +133,7 @@ class StreamingAppOperator(SparkSubmitOperator):
     def execute(self, context: Any) -> None:
         from airflow.sdk.exceptions import AirflowFailException
 
-        from stream_pipelines.checkpoints import CheckpointError, preflight
+        from stream_pipelines.checkpoint.inspect import CheckpointError, preflight
         from stream_pipelines.control import clear_stale_stop_marker, should_run
         from stream_pipelines.runtime import spark_conf
         from stream_pipelines.submit import application_args, submit_environment
@@ -224,7 +224,8 @@ def reset_checkpoint(params: dict[str, Any]) -> str:
     """The checkpoint_reset DAG's task: refuses unless the app is stopped and the name is typed to confirm."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from stream_pipelines.checkpoints import CheckpointError, parse_offsets_argument, parse_reset_time, reset
+    from stream_pipelines.checkpoint.inspect import CheckpointError
+    from stream_pipelines.checkpoint.reset import parse_offsets_argument, parse_reset_time, reset
     from stream_pipelines.control import desired_state, running_app_pids
 
     config = _config()

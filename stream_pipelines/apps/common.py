@@ -68,12 +68,8 @@ def launch(
 ) -> int:
     """An app's whole life: config, session, metrics exporter, batch log, queries until they end or stop."""
     from stream_pipelines.batch_log import BatchLogRecorder
-    from stream_pipelines.checkpoints import (
-        EXIT_CHECKPOINT_REFUSED,
-        CheckpointError,
-        preflight,
-        record_fingerprints,
-    )
+    from stream_pipelines.checkpoint.inspect import CheckpointError, preflight, record_fingerprints
+    from stream_pipelines.exit_codes import ExitCode
     from stream_pipelines.metrics import MetricsExporter
     from stream_pipelines.runtime import get_spark, run_streams
 
@@ -83,7 +79,7 @@ def launch(
         print(preflight(config, app).describe(), file=sys.stderr, flush=True)
     except CheckpointError as error:
         print(f"{app}: {error}", file=sys.stderr, flush=True)
-        return EXIT_CHECKPOINT_REFUSED
+        return ExitCode.CHECKPOINT_REFUSED
     spark = get_spark(config, app)
     exporter = MetricsExporter(config, app).start(spark)
     batch_log = BatchLogRecorder(config, app)
