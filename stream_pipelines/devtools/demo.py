@@ -209,6 +209,8 @@ def _kill_and_measure_restart(config: PipelineConfig, supervisors: dict[str, sub
 def _caught_up(config: PipelineConfig, records: list) -> bool:
     from confluent_kafka import Consumer, TopicPartition
 
+    from stream_pipelines.checkpoint.format import kafka_offsets, read_offsets
+
     consumer = Consumer({**config.kafka_client_config(), "group.id": "demo-progress"})
     try:
         ends = {}
@@ -229,16 +231,12 @@ def _caught_up(config: PipelineConfig, records: list) -> bool:
             commits = _committed(config, app, query)
             if not commits:
                 return False
-            lines = (
-                (Path(config.checkpoint_dir(app, query)) / "offsets" / str(commits[-1]))
-                .read_text()
-                .splitlines()
-            )
-            done = {}
-            for line in lines[2:]:
-                for topic, partitions in json.loads(line).items():
-                    for partition, offset in partitions.items():
-                        done[(topic, partition)] = offset
+            entry = read_offsets(Path(config.checkpoint_dir(app, query)) / "offsets" / str(commits[-1]))
+            done = {
+                (topic, str(partition)): offset
+                for topic, partitions in kafka_offsets(entry.sources).items()
+                for partition, offset in partitions.items()
+            }
             if any(done.get(key, -1) < end for key, end in ends.items() if key[0] in _topics_of(config, app)):
                 return False
     return True
