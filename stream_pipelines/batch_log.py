@@ -12,9 +12,6 @@ uses the watermark batch N-1 ran with, while emission and eviction use its own.
 
 from __future__ import annotations
 
-import json
-import os
-import re
 import shutil
 import threading
 from collections.abc import Iterable
@@ -22,13 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from stream_pipelines.checkpoint import format as checkpoint_format
+from stream_pipelines.storage import write_atomically
+
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
     from stream_pipelines.config import PipelineConfig
 
 COPIED_LOGS = ("offsets", "commits", "sources")
-_BATCH_FILE = re.compile(r"^(\d+)(\.compact)?$")
 POLL_SECONDS = 1.0
 
 
@@ -121,7 +120,7 @@ def copy_checkpoint_logs(checkpoint: Path, target: Path) -> int:
         folders = [base] if log != "sources" else [p for p in base.iterdir() if p.is_dir()]
         for folder in folders:
             for entry in folder.iterdir():
-                if not _BATCH_FILE.match(entry.name):
+                if not checkpoint_format.is_log_entry(entry.name):
                     continue
                 destination = target / entry.relative_to(checkpoint)
                 try:
@@ -130,10 +129,7 @@ def copy_checkpoint_logs(checkpoint: Path, target: Path) -> int:
                     continue  # cleaned up by Spark between listing and reading
                 if destination.exists() and destination.read_bytes() == content:
                     continue
-                destination.parent.mkdir(parents=True, exist_ok=True)
-                temporary = destination.with_name(f".{destination.name}.tmp")
-                temporary.write_bytes(content)
-                os.replace(temporary, destination)
+                write_atomically(destination, content)
                 written += 1
     return written
 
@@ -151,10 +147,10 @@ def load_batches(config: PipelineConfig, app: str, query: str) -> list[BatchReco
 
 
 def parse_batch_log(folder: Path) -> list[BatchRecord]:
-    offsets = _numbered_files(folder / "offsets")
+    offsets = checkpoint_format.batch_files(folder / "offsets")
     if not offsets:
         return []
-    commits = set(_numbered_files(folder / "commits"))
+    commits = set(checkpoint_format.batch_files(folder / "commits"))
     parsed = {batch: _parse_offsets_file(path) for batch, path in offsets.items()}
     files_by_batch = _files_by_batch(folder / "sources")
     initial_kafka = _initial_kafka_offsets(folder / "sources")
@@ -187,27 +183,14 @@ def parse_batch_log(folder: Path) -> list[BatchRecord]:
     return records
 
 
-def _numbered_files(folder: Path) -> dict[int, Path]:
-    if not folder.is_dir():
-        return {}
-    return {int(p.name): p for p in folder.iterdir() if p.name.isdigit()}
-
-
 def _parse_offsets_file(path: Path) -> tuple[int, dict[tuple[str, int], int]]:
     """(batchWatermarkMs, Kafka end offsets) of one offsets/N entry; files-source lines are skipped."""
-    lines = path.read_text().splitlines()
-    metadata = json.loads(lines[1]) if len(lines) > 1 else {}
-    ends: dict[tuple[str, int], int] = {}
-    for line in lines[2:]:
-        if not line.strip() or line.strip() == "-":
-            continue
-        source = json.loads(line)
-        if "logOffset" in source:
-            continue
-        for topic, partitions in source.items():
-            for partition, offset in partitions.items():
-                ends[(topic, int(partition))] = int(offset)
-    return int(metadata.get("batchWatermarkMs", 0)), ends
+    entry = checkpoint_format.read_offsets(path, lenient=True)
+    return entry.watermark_ms, _by_partition(checkpoint_format.kafka_offsets(entry.sources))
+
+
+def _by_partition(offsets: dict[str, dict[int, int]]) -> dict[tuple[str, int], int]:
+    return {(topic, p): o for topic, partitions in offsets.items() for p, o in partitions.items()}
 
 
 def _files_by_batch(sources: Path) -> dict[int, set[str]]:
@@ -216,13 +199,8 @@ def _files_by_batch(sources: Path) -> dict[int, set[str]]:
     if not sources.is_dir():
         return files
     for folder in sources.iterdir():
-        for entry in folder.iterdir() if folder.is_dir() else ():
-            if not _BATCH_FILE.match(entry.name):
-                continue
-            for line in entry.read_text(errors="replace").splitlines():
-                if not line.startswith("{"):
-                    continue
-                item = json.loads(line)
+        for _, entry in checkpoint_format.log_entries(folder):
+            for item in checkpoint_format.read_file_log(entry):
                 if "path" in item and "batchId" in item:
                     files.setdefault(int(item["batchId"]), set()).add(normalise_path(item["path"]))
     return files
@@ -237,14 +215,7 @@ def _initial_kafka_offsets(sources: Path) -> dict[tuple[str, int], int]:
         initial = folder / "0"
         if not initial.is_file():
             continue
-        for line in initial.read_text(errors="replace").replace("\x00", "").splitlines():
-            if not line.startswith("{"):
-                continue
-            parsed = json.loads(line)
-            if "path" in parsed:  # a file-source entry, not Kafka offsets
-                break
-            for topic, partitions in parsed.items():
-                if isinstance(partitions, dict):
-                    for partition, offset in partitions.items():
-                        starts[(topic, int(partition))] = int(offset)
+        # None: a files source's log, not Kafka offsets.
+        offsets = checkpoint_format.read_initial_offsets(initial, lenient=True)
+        starts.update(_by_partition(checkpoint_format.kafka_offsets([offsets])))
     return starts

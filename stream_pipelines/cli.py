@@ -117,14 +117,12 @@ def _build_parser() -> argparse.ArgumentParser:
     stop = command("stop", _stop, "ask a running app to stop after its current batch")
     stop.add_argument("app", choices=APP_NAMES)
 
-    from stream_pipelines.checkpoints import add_cli_arguments
-
     checkpoint = command(
         "checkpoint",
         _checkpoint,
         "show an app's checkpoints and resume point, or reset them (asks to confirm)",
     )
-    add_cli_arguments(checkpoint)
+    checkpoint_arguments(checkpoint)
 
     control = command("control", _control, "operator actions, as the pipeline_control DAG does them")
     control.add_argument("app", choices=APP_NAMES)
@@ -322,11 +320,80 @@ def _stop(config: PipelineConfig, args: argparse.Namespace) -> int:
 
 
 def _checkpoint(config: PipelineConfig, args: argparse.Namespace) -> int:
-    from stream_pipelines import checkpoints
-
     if args.action == "inspect":
-        return checkpoints.cli_inspect(config, args.app, as_json=args.json)
-    return checkpoints.cli_reset(config, args.app, args)
+        return checkpoint_inspect(config, args.app, as_json=args.json)
+    return checkpoint_reset(config, args.app, args)
+
+
+def checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
+    """``checkpoint inspect|reset APP [...]`` arguments."""
+    from stream_pipelines.checkpoint.reset import RESET_FROM
+
+    parser.add_argument("action", choices=["inspect", "reset"])
+    parser.add_argument("app", choices=APP_NAMES)
+    parser.add_argument("--json", action="store_true", help="inspect: print the report as JSON")
+    parser.add_argument("--query", default="all", help="reset: one query (sink name), or all (default)")
+    parser.add_argument(
+        "--from",
+        dest="reset_from",
+        choices=RESET_FROM,
+        default=None,
+        help="reset: committed = after the last committed batch; offsets = --offsets; time = --time",
+    )
+    parser.add_argument(
+        "--offsets",
+        default=None,
+        metavar="JSON",
+        help='reset --from offsets: {"topic": {"partition": offset}} (-2 earliest, -1 latest), or @file',
+    )
+    parser.add_argument(
+        "--time",
+        dest="reset_time",
+        default=None,
+        metavar="ISO",
+        help="reset --from time: e.g. 2026-01-01T00:00Z",
+    )
+    parser.add_argument("--confirm", default=None, metavar="APP", help="reset: the app's name, to confirm")
+
+
+def checkpoint_inspect(config: PipelineConfig, app: str, *, as_json: bool = False) -> int:
+    """Print the report; exits as the launcher's preflight would (CHECKPOINT_REFUSED when it refuses)."""
+    import json
+
+    from stream_pipelines.checkpoint.inspect import inspect
+    from stream_pipelines.exit_codes import ExitCode
+
+    report = inspect(config, app)
+    print(json.dumps(report.to_dict(), indent=2) if as_json else report.describe())
+    return ExitCode.OK if report.ok else ExitCode.CHECKPOINT_REFUSED
+
+
+def checkpoint_reset(config: PipelineConfig, app: str, args: argparse.Namespace) -> int:
+    """Run a reset from parsed arguments; asks for the confirmation on a terminal when it is not given."""
+    from stream_pipelines.checkpoint.inspect import CheckpointError
+    from stream_pipelines.checkpoint.reset import parse_offsets_argument, parse_reset_time, reset
+    from stream_pipelines.exit_codes import ExitCode
+
+    confirm = args.confirm
+    if confirm is None and sys.stdin is not None and sys.stdin.isatty():
+        confirm = input(f"Resetting {app} ({args.query}) loses its state. Type {app} to confirm: ").strip()
+    try:
+        if args.reset_from is None:
+            raise CheckpointError("reset needs --from committed, --from offsets or --from time")
+        result = reset(
+            config,
+            app,
+            args.query,
+            from_=args.reset_from,
+            offsets=parse_offsets_argument(args.offsets) if args.offsets else None,
+            timestamp_ms=parse_reset_time(args.reset_time) if args.reset_time else None,
+            confirm=confirm,
+        )
+    except CheckpointError as error:
+        print(f"pipelinectl: {error}", file=sys.stderr)
+        return ExitCode.FAILED
+    print(result.describe())
+    return ExitCode.OK
 
 
 def _control(config: PipelineConfig, args: argparse.Namespace) -> int:

@@ -105,8 +105,8 @@ def load_app_config(app: App, argv: Sequence[str] | None) -> tuple[PipelineConfi
 def preflight(config: PipelineConfig, app: App) -> ExitCode:
     """Before the session, so a refused start costs no JVM: the topics exist, and the checkpoint may be
     started from (its resume point lands in the log). ``OK``, or the exit code of the refusal."""
-    from stream_pipelines.checkpoints import CheckpointError
-    from stream_pipelines.checkpoints import preflight as checkpoint_preflight
+    from stream_pipelines.checkpoint.inspect import CheckpointError
+    from stream_pipelines.checkpoint.inspect import preflight as checkpoint_preflight
     from stream_pipelines.topics import MissingTopicsError, require_topics
 
     try:
@@ -141,7 +141,7 @@ def observed(
 
 def start_queries(config: PipelineConfig, app: App, spark: SparkSession) -> list[StreamSink]:
     """The app's queries as declared; a new checkpoint remembers the settings that shape its state."""
-    from stream_pipelines.checkpoints import record_fingerprints
+    from stream_pipelines.checkpoint.inspect import record_fingerprints
 
     sinks = app.build_sinks(spark, config)
     record_fingerprints(config, app.name)

@@ -122,7 +122,7 @@ class StreamingAppOperator(SparkSubmitOperator):
     def execute(self, context: Any) -> None:
         from airflow.sdk.exceptions import AirflowFailException
 
-        from stream_pipelines.checkpoints import CheckpointError, preflight
+        from stream_pipelines.checkpoint.inspect import CheckpointError, preflight
         from stream_pipelines.control import ControlStore, should_run
         from stream_pipelines.lease import Lease
         from stream_pipelines.runtime import spark_conf
@@ -265,7 +265,8 @@ def reset_checkpoint(params: dict[str, Any]) -> str:
     """The checkpoint_reset DAG's task: refuses unless the app is stopped and the name is typed to confirm."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from stream_pipelines.checkpoints import CheckpointError, parse_offsets_argument, parse_reset_time, reset
+    from stream_pipelines.checkpoint.inspect import CheckpointError
+    from stream_pipelines.checkpoint.reset import parse_offsets_argument, parse_reset_time, reset
     from stream_pipelines.control import ControlStore
 
     config = _config()

@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from stream_pipelines import checkpoints
 from stream_pipelines.apps import raw_archive, sensor_aggregation
-from stream_pipelines.checkpoints import CheckpointError
+from stream_pipelines.checkpoint import inspect as checkpoints
+from stream_pipelines.checkpoint.inspect import CheckpointError
+from stream_pipelines.checkpoint.reset import reset
+from stream_pipelines.cli import checkpoint_arguments, checkpoint_inspect, checkpoint_reset
 from stream_pipelines.lifecycle import run_streams
 from stream_pipelines.runtime import parse_offsets
 from tests.conftest import (
@@ -92,11 +94,11 @@ def test_reset_refuses_without_the_confirmation(tmp_path, broker_ports):
     config = make_overrides_config(overrides_for(tmp_path, broker_ports))
     for confirm in (None, "", "sensor_aggregation"):
         with pytest.raises(CheckpointError, match=r"not confirmed.*--confirm raw_archive"):
-            checkpoints.reset(config, "raw_archive", "all", from_="committed", confirm=confirm)
+            reset(config, "raw_archive", "all", from_="committed", confirm=confirm)
     parser = argparse.ArgumentParser()
-    checkpoints.add_cli_arguments(parser)
+    checkpoint_arguments(parser)
     args = parser.parse_args(["reset", "raw_archive", "--from", "committed"])
-    assert checkpoints.cli_reset(config, "raw_archive", args) == 1, "stdin is no terminal: no prompt, refused"
+    assert checkpoint_reset(config, "raw_archive", args) == 1, "stdin is no terminal: no prompt, refused"
     assert not Path(config.checkpoint_dir("raw_archive", "archive")).exists()
 
 
@@ -105,7 +107,7 @@ def test_a_missing_checkpoint_is_a_fresh_start(tmp_path, broker_ports, capsys):
     report = checkpoints.preflight(config, "ad_matching")
     assert [q.exists for q in report.queries] == [False, False, False]
     assert "fresh start" in report.describe()
-    assert checkpoints.cli_inspect(config, "ad_matching") == 0
+    assert checkpoint_inspect(config, "ad_matching") == 0
     assert "ok to start" in capsys.readouterr().out
 
 
@@ -228,7 +230,7 @@ def test_preflight_refuses_a_fresh_start_over_an_existing_file_sink_log(tumbling
 def test_reset_of_a_stateful_query_continues_after_the_committed_batch(spark, tumbling_run, tmp_path):
     config, checkpoint = copy_of(tumbling_run, tmp_path, "spark.shuffle_partitions=3", outputs=True)
     assert "shuffle.partitions" in refusal(config)
-    result = checkpoints.reset(config, SENSORS, "tumbling", from_="committed", confirm=SENSORS)
+    result = reset(config, SENSORS, "tumbling", from_="committed", confirm=SENSORS)
     (done,) = result.queries
     assert done.first_batch == 2, "right after the file sink's last batch: its log stays gapless"
     assert done.start_source_offsets == [{"logOffset": 0}]
@@ -314,7 +316,7 @@ def test_reset_from_committed_offsets_skips_and_repeats_nothing(spark, broker, m
 
     later_ms = start_ms + 3_600_000
     second = produce_at(config, [(topics[i % 3], (i + 1) % 2, later_ms + i * 1000) for i in range(12)])
-    result = checkpoints.reset(config, "raw_archive", "archive", from_="committed", confirm="raw_archive")
+    result = reset(config, "raw_archive", "archive", from_="committed", confirm="raw_archive")
     (done,) = result.queries
     assert done.start_offsets == found.committed_offsets
     assert done.first_batch == found.last_committed_batch + 1
@@ -329,9 +331,7 @@ def test_reset_from_committed_offsets_skips_and_repeats_nothing(spark, broker, m
 
     # From a time: the first offset at or after it, per partition; the end where none is that late yet.
     moment = later_ms + 5_500
-    result = checkpoints.reset(
-        config, "raw_archive", "all", from_="time", timestamp_ms=moment, confirm="raw_archive"
-    )
+    result = reset(config, "raw_archive", "all", from_="time", timestamp_ms=moment, confirm="raw_archive")
     expected: dict[str, dict[int, int]] = {topic: {0: 0, 1: 0} for topic in topics}
     for topic in topics:
         for partition in (0, 1):

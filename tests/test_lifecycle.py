@@ -100,8 +100,11 @@ def test_a_second_run_of_a_running_app_refuses_and_the_first_is_unaffected(broke
         wait_for(lambda: (checkpoint / "commits" / "0").exists(), 300, "the first app's first batch")
         owner = Lease(config, APP).read()
         assert owner is not None and owner.pid != first.pid  # the driver, under spark-submit
-        second = run_app(APP, "processing", overrides, stderr=subprocess.PIPE, text=True)
-        _, errors = second.communicate(timeout=300)
+        # spark-submit hands the Python driver's stderr on through its own stdout.
+        second = run_app(
+            APP, "processing", overrides, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        errors, _ = second.communicate(timeout=300)
         assert second.returncode == ExitCode.OWNED_ELSEWHERE, errors[-2000:]
         assert f"{APP} is already running: owner {owner.owner}" in errors
         assert "heartbeat" in errors

@@ -13,7 +13,6 @@ stack, and starts from scratch each time so that its numbers are reproducible.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -185,13 +184,15 @@ def supervised(supervisors: dict[str, subprocess.Popen], condition: Callable[[],
 
 
 def _kill_and_measure_restart(config: PipelineConfig, supervisors: dict[str, subprocess.Popen]) -> float:
-    running = Path(config.data_path("control")) / f"{KILLED_APP}.running.json"
+    from stream_pipelines.control import ControlStore
+
+    store = ControlStore(config)
     wait_for(
         supervised(supervisors, lambda: len(_committed(config, KILLED_APP, "tumbling")) >= 3),
         600,
         f"{KILLED_APP} to commit batches",
     )
-    pid = json.loads(running.read_text())["pid"]
+    pid = store.running_pids(KILLED_APP)[0]
     last = _committed(config, KILLED_APP, "tumbling")[-1]
     say(f"kill -9 {KILLED_APP}'s driver (pid {pid}) after batch {last}")
     killed_at = time.monotonic()
@@ -208,6 +209,8 @@ def _kill_and_measure_restart(config: PipelineConfig, supervisors: dict[str, sub
 
 def _caught_up(config: PipelineConfig, records: list) -> bool:
     from confluent_kafka import Consumer, TopicPartition
+
+    from stream_pipelines.checkpoint.format import kafka_offsets, read_offsets
 
     consumer = Consumer({**config.kafka_client_config(), "group.id": "demo-progress"})
     try:
@@ -229,16 +232,12 @@ def _caught_up(config: PipelineConfig, records: list) -> bool:
             commits = _committed(config, app, query)
             if not commits:
                 return False
-            lines = (
-                (Path(config.checkpoint_dir(app, query)) / "offsets" / str(commits[-1]))
-                .read_text()
-                .splitlines()
-            )
-            done = {}
-            for line in lines[2:]:
-                for topic, partitions in json.loads(line).items():
-                    for partition, offset in partitions.items():
-                        done[(topic, partition)] = offset
+            entry = read_offsets(Path(config.checkpoint_dir(app, query)) / "offsets" / str(commits[-1]))
+            done = {
+                (topic, str(partition)): offset
+                for topic, partitions in kafka_offsets(entry.sources).items()
+                for partition, offset in partitions.items()
+            }
             if any(done.get(key, -1) < end for key, end in ends.items() if key[0] in _topics_of(config, app)):
                 return False
     return True
