@@ -224,12 +224,17 @@ class PathSettings(_Section):
     gx: str = "gx"
 
 
-class ArchiveSettings(_Section):
+class AppSettings(_Section):
+    """What every streaming app's section has (the registry names each app's section)."""
+
     trigger: PositiveDuration = Duration(10)
 
 
-class SensorSettings(_Section):
-    trigger: PositiveDuration = Duration(10)
+class ArchiveSettings(AppSettings):
+    pass
+
+
+class SensorSettings(AppSettings):
     watermark: NonNegativeDuration = Duration(120)
     window: PositiveDuration = Duration(300)
     sliding_window: PositiveDuration = Duration(600)
@@ -254,8 +259,7 @@ class SensorSettings(_Section):
         return self
 
 
-class AdSettings(_Section):
-    trigger: PositiveDuration = Duration(10)
+class AdSettings(AppSettings):
     impressions_watermark: NonNegativeDuration = Duration(600)
     clicks_watermark: NonNegativeDuration = Duration(600)
     match_interval: PositiveDuration = Duration(300)

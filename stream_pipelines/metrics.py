@@ -553,20 +553,15 @@ class MetricsPortInUseError(RuntimeError):
 
 
 class MetricsExporter:
-    """Serves an app's streaming metrics over HTTP; see the module docstring for the wiring."""
+    """Serves an app's streaming metrics over HTTP; see the module docstring for the wiring.
 
-    def __init__(
-        self,
-        config: PipelineConfig,
-        app: str,
-        *,
-        query_filter: Callable[[str], bool] | None = None,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
+    ``recorder_options`` (``query_filter``, ``clock``) go to its ``ProgressRecorder``."""
+
+    def __init__(self, config: PipelineConfig, app: str, **recorder_options: Any) -> None:
         self.config = config
         self.app = app
         self.enabled = config.metrics.enabled
-        self.recorder = ProgressRecorder(config, app, query_filter=query_filter, clock=clock)
+        self.recorder = ProgressRecorder(config, app, **recorder_options)
         self._registry: CollectorRegistry | None = None
         self._server: WSGIServer | None = None
         self._listener: StreamingQueryListener | None = None

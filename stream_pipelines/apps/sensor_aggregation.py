@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from stream_pipelines.config import Duration
@@ -38,38 +38,33 @@ METADATA_COLUMNS = ("location", "building", "floor")
 
 def tumbling_window_stats(readings: DataFrame, window: Duration) -> DataFrame:
     """avg/max/min/count of temperature per sensor per tumbling window (stream or batch)."""
-    return (
-        readings.groupBy(F.window("ts", window.spark()).alias("window"), "sensor_id")
-        .agg(
-            F.avg("temperature").alias("avg_temperature"),
-            F.max("temperature").alias("max_temperature"),
-            F.min("temperature").alias("min_temperature"),
-            F.count(F.lit(1)).alias("reading_count"),
-        )
-        .select(
-            F.col("window.start").alias("window_start"),
-            F.col("window.end").alias("window_end"),
-            "sensor_id",
-            "avg_temperature",
-            "max_temperature",
-            "min_temperature",
-            "reading_count",
-        )
+    return _per_sensor_window(
+        readings,
+        F.window("ts", window.spark()),
+        F.avg("temperature").alias("avg_temperature"),
+        F.max("temperature").alias("max_temperature"),
+        F.min("temperature").alias("min_temperature"),
     )
 
 
 def sliding_window_averages(readings: DataFrame, window: Duration, slide: Duration) -> DataFrame:
     """Average temperature per sensor per sliding window; each reading counts in window/slide windows."""
-    return (
-        readings.groupBy(F.window("ts", window.spark(), slide.spark()).alias("window"), "sensor_id")
-        .agg(F.avg("temperature").alias("avg_temperature"), F.count(F.lit(1)).alias("reading_count"))
-        .select(
-            F.col("window.start").alias("window_start"),
-            F.col("window.end").alias("window_end"),
-            "sensor_id",
-            "avg_temperature",
-            "reading_count",
-        )
+    return _per_sensor_window(
+        readings, F.window("ts", window.spark(), slide.spark()), F.avg("temperature").alias("avg_temperature")
+    )
+
+
+def _per_sensor_window(readings: DataFrame, window: Column, *statistics: Column) -> DataFrame:
+    """The statistics and the reading count per sensor per window, with the window as two columns."""
+    counted = readings.groupBy(window.alias("window"), "sensor_id").agg(
+        *statistics, F.count(F.lit(1)).alias("reading_count")
+    )
+    names = [column for column in counted.columns if column not in ("window", "sensor_id")]
+    return counted.select(
+        F.col("window.start").alias("window_start"),
+        F.col("window.end").alias("window_end"),
+        "sensor_id",
+        *names,
     )
 
 
