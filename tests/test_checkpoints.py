@@ -125,7 +125,7 @@ def tumbling_run(spark, tmp_path_factory, broker_ports):
     checkpoints.record_fingerprints(config, SENSORS)
     code, queries, sinks = run_only(spark, config, sensor_aggregation, {"tumbling"})
     assert code == 0
-    # The query table this module keeps agrees with the app's sinks (names, file sink folders).
+    # The query specs (from the registry) agree with the app's sinks (names, file sink folders).
     specs = checkpoints.query_specs(config, SENSORS)
     assert [(s.name, s.output_path) for s in specs] == [
         (s.name, s.path if s.format == "parquet" else None) for s in sinks

@@ -62,7 +62,7 @@ class CheckpointError(RuntimeError):
 
 @dataclass(frozen=True)
 class QuerySpec:
-    """What this module needs to know about one query, derived from config (no Spark needed)."""
+    """One query as inspection and reset see it: its registry declaration resolved against the config."""
 
     app: str
     name: str

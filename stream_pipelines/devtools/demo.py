@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from stream_pipelines.checkpoint.format import batch_ids, kafka_offsets, read_offsets
 from stream_pipelines.config import PROJECT_ROOT, PipelineConfig, load_config
 from stream_pipelines.devtools.stack import migrate_airflow_db
 from stream_pipelines.registry import APP_NAMES
@@ -165,7 +166,7 @@ def _start_supervisor(app: str, environment: dict[str, str]) -> subprocess.Popen
 
 
 def _committed(config: PipelineConfig, app: str, query: str) -> list[int]:
-    return sorted(int(p.name) for p in (Path(config.checkpoint_dir(app, query)) / "commits").glob("[0-9]*"))
+    return batch_ids(Path(config.checkpoint_dir(app, query)) / "commits")
 
 
 def supervised(supervisors: dict[str, subprocess.Popen], condition: Callable[[], bool]) -> Callable[[], bool]:
@@ -209,8 +210,6 @@ def _kill_and_measure_restart(config: PipelineConfig, supervisors: dict[str, sub
 
 def _caught_up(config: PipelineConfig, records: list) -> bool:
     from confluent_kafka import Consumer, TopicPartition
-
-    from stream_pipelines.checkpoint.format import kafka_offsets, read_offsets
 
     consumer = Consumer({**config.kafka_client_config(), "group.id": "demo-progress"})
     try:
