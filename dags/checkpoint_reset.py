@@ -2,7 +2,7 @@
 or from given offsets or a time. State is lost; no input is skipped or read twice. The app must be
 stopped first (pipeline_control action=stop), and `confirm` must repeat the app's name.
 
-Wiring only; the logic is in stream_pipelines.checkpoints.
+Wiring only; the logic is in stream_pipelines.checkpoint.reset (called by orchestration.reset_checkpoint).
 """
 
 from __future__ import annotations

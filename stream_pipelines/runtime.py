@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from stream_pipelines import jvm, registry
+from stream_pipelines.checkpoint.format import STATE_STORE_PROVIDERS
 from stream_pipelines.config import PipelineConfig, TopicSettings
 from stream_pipelines.parsing import RAW_SCHEMA
 
@@ -25,18 +26,13 @@ if TYPE_CHECKING:
 
 TriggerMode = Literal["processing", "available-now"]
 
-_STATE_STORE_PROVIDERS = {
-    "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-    "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
-}
-
 
 def spark_conf(config: PipelineConfig) -> dict[str, str]:
     """Every Spark setting the apps need; used by the session builder and by spark-submit alike."""
     settings = config.spark
     conf = {
         "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
-        "spark.sql.streaming.stateStore.providerClass": _STATE_STORE_PROVIDERS[settings.state_store],
+        "spark.sql.streaming.stateStore.providerClass": STATE_STORE_PROVIDERS[settings.state_store],
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": str(
             settings.changelog_checkpointing
         ).lower(),
