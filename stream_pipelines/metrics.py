@@ -260,9 +260,9 @@ class _PartitionState:
 @dataclass
 class _QueryState:
     up: bool = True
-    last_progress: float | None = None
+    last_progress_timestamp_seconds: float | None = None
     batch_id: int | None = None
-    batch_duration: float | None = None
+    batch_duration_seconds: float | None = None
     batch_input_rows: float | None = None
     input_rows_per_second: float | None = None
     processed_rows_per_second: float | None = None
@@ -318,7 +318,9 @@ class ProgressRecorder:
         with self._lock:
             state = self._state_for_id(query_id)
             if state is not None:
-                state.last_progress = max(state.last_progress or 0.0, _epoch_seconds(timestamp) or 0.0)
+                state.last_progress_timestamp_seconds = max(
+                    state.last_progress_timestamp_seconds or 0.0, _epoch_seconds(timestamp) or 0.0
+                )
 
     def query_terminated(self, query_id: object) -> None:
         with self._lock:
@@ -350,9 +352,9 @@ class ProgressRecorder:
         started = _epoch_seconds(progress.timestamp)
         if started is not None:
             # Reported once the batch ends; "last progress" means that moment.
-            state.last_progress = started + (trigger_ms or 0) / 1000
+            state.last_progress_timestamp_seconds = started + (trigger_ms or 0) / 1000
         state.batch_id = progress.batchId
-        state.batch_duration = None if trigger_ms is None else trigger_ms / 1000
+        state.batch_duration_seconds = None if trigger_ms is None else trigger_ms / 1000
         rows = progress.numInputRows or 0
         state.batch_input_rows = float(rows)
         state.input_rows_total += rows
@@ -432,18 +434,9 @@ class ProgressRecorder:
             for query, state in self._queries.items():
                 labels = (self.app, query)
                 add("pipeline_query_up", labels, 1.0 if state.up else 0.0)
-                add("pipeline_last_progress_timestamp_seconds", labels, state.last_progress)
                 add("pipeline_trigger_interval_seconds", labels, self._trigger_seconds)
-                add("pipeline_batch_id", labels, state.batch_id)
-                add("pipeline_batch_duration_seconds", labels, state.batch_duration)
-                add("pipeline_batch_input_rows", labels, state.batch_input_rows)
-                add("pipeline_input_rows_per_second", labels, state.input_rows_per_second)
-                add("pipeline_processed_rows_per_second", labels, state.processed_rows_per_second)
-                add("pipeline_input_rows_total", labels, state.input_rows_total)
-                add("pipeline_late_rows_dropped_total", labels, state.late_rows_dropped_total)
-                add("pipeline_quarantined_rows_total", labels, state.quarantined_rows_total)
-                add("pipeline_state_rows", labels, state.state_rows)
-                add("pipeline_state_memory_bytes", labels, state.state_memory_bytes)
+                for name in _QUERY_STATE_METRICS:
+                    add(f"pipeline_{name}", labels, getattr(state, name))
                 if state.watermark is not None:
                     add("pipeline_watermark_seconds", labels, state.watermark)
                     add("pipeline_watermark_delay_seconds", labels, self._query_delay)
@@ -464,6 +457,14 @@ class ProgressRecorder:
                         add("pipeline_stream_watermark_seconds", (*labels, stream), newest - delay)
         add("pipeline_restarts_total", (self.app,), self._control.restarts(self.app).total)
         yield from families.values()
+
+
+# Exported as pipeline_<name> from the _QueryState field of the same name.
+_QUERY_STATE_METRICS = (
+    "last_progress_timestamp_seconds", "batch_id", "batch_duration_seconds", "batch_input_rows",
+    "input_rows_per_second", "processed_rows_per_second", "input_rows_total", "late_rows_dropped_total",
+    "quarantined_rows_total", "state_rows", "state_memory_bytes",
+)  # fmt: skip
 
 
 def _empty_families() -> dict[str, Metric]:

@@ -12,30 +12,19 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
-    BinaryType,
     DoubleType,
-    IntegerType,
-    LongType,
     StringType,
     StructField,
     StructType,
-    TimestampType,
 )
 
 from stream_pipelines.config import QualitySettings
-from stream_pipelines.registry import SENSOR_QUARANTINE
+from stream_pipelines.registry import SENSOR_QUARANTINE, struct_type
 
 # The columns every source yields (Kafka or JSON-lines files), so downstream code never cares which.
-RAW_SCHEMA = StructType(
-    [
-        StructField("key", StringType()),
-        StructField("value", BinaryType()),
-        StructField("topic", StringType()),
-        StructField("partition", IntegerType()),
-        StructField("offset", LongType()),
-        StructField("kafka_timestamp", TimestampType()),
-        StructField("source_file", StringType()),
-    ]
+RAW_SCHEMA = struct_type(
+    "key string, value binary, topic string, partition int, offset bigint, kafka_timestamp timestamp, "
+    "source_file string"
 )
 COORDINATES = ("topic", "partition", "offset", "kafka_timestamp", "source_file")
 

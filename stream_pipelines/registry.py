@@ -46,6 +46,21 @@ _SPARK_TYPES = {
 DayRule = Literal["event_time", "arrival_window", "partition"]
 
 
+def struct_type(ddl: str) -> StructType:
+    """A schema from Spark DDL of simple types, without a SparkSession (``StructType.fromDDL`` needs one)."""
+    from pyspark.sql import types
+
+    fields = []
+    for column in ddl.split(","):
+        name, _, kind = column.strip().partition(" ")
+        if kind.strip() not in _SPARK_TYPES:
+            raise ValueError(
+                f"column {column.strip()!r}: expected '<name> <type>', type one of {', '.join(_SPARK_TYPES)}"
+            )
+        fields.append(types.StructField(name, getattr(types, _SPARK_TYPES[kind.strip()])()))
+    return types.StructType(fields)
+
+
 @dataclass(frozen=True)
 class Dataset:
     """Where a dataset lives, what it holds, and how day D is selected from it."""
@@ -54,7 +69,8 @@ class Dataset:
     # The ``paths`` entry it lives under, and the folder below that ("" for the entry itself).
     root: str
     folder: str
-    columns: tuple[tuple[str, str], ...]
+    # Spark DDL ("name type, ..."), with the simple types of _SPARK_TYPES only.
+    schema_ddl: str
     partition_by: tuple[str, ...] = ()
     # event_time: the UTC date of ``day_column`` is D; partition: the ``day_column`` partition is D;
     # arrival_window: arrival days D-1 .. D+late_horizon (the raw archive: events arrive late).
@@ -66,18 +82,18 @@ class Dataset:
         return f"{base}/{self.folder}" if self.folder else base
 
     @property
+    def columns(self) -> tuple[tuple[str, str], ...]:
+        return tuple((field.name, field.dataType.simpleString()) for field in self.schema().fields)
+
+    @property
     def column_names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.columns)
 
     def ddl(self) -> str:
-        return ", ".join(f"{name} {kind}" for name, kind in self.columns)
+        return self.schema_ddl
 
     def schema(self) -> StructType:
-        from pyspark.sql import types
-
-        return types.StructType(
-            [types.StructField(name, getattr(types, _SPARK_TYPES[kind])()) for name, kind in self.columns]
-        )
+        return struct_type(self.ddl())
 
     def day_filter(self, day: date, config: PipelineConfig) -> Column:
         """The condition that selects event day D from this dataset."""
@@ -103,135 +119,67 @@ class Dataset:
         return self.read(spark, config).where(self.day_filter(day, config))
 
 
-_SENSOR_WINDOW_COLUMNS = (
-    ("window_start", "timestamp"),
-    ("window_end", "timestamp"),
-    ("sensor_id", "string"),
-    ("avg_temperature", "double"),
-    ("max_temperature", "double"),
-    ("min_temperature", "double"),
-    ("reading_count", "bigint"),
-    ("location", "string"),
-    ("building", "string"),
-    ("floor", "int"),
-    ("known_sensor", "boolean"),
-    ("metadata_problem", "string"),
+_SENSOR_WINDOW_DDL = (
+    "window_start timestamp, window_end timestamp, sensor_id string, avg_temperature double, "
+    "max_temperature double, min_temperature double, reading_count bigint, location string, "
+    "building string, floor int, known_sensor boolean, metadata_problem string"
+)
+# As parsing.quarantined_events writes them (parsing.QUARANTINE_SCHEMA is built from this).
+_QUARANTINE_DDL = (
+    "event_type string, reason string, payload string, raw_value binary, key string, topic string, "
+    "partition int, offset bigint, kafka_timestamp timestamp, source_file string, quarantined_at timestamp"
 )
 
 ARCHIVE = Dataset(
-    name="archive",
-    root="archive",
-    folder="",
-    columns=(
-        ("topic", "string"),
-        ("partition", "int"),
-        ("offset", "bigint"),
-        ("key", "string"),
-        ("value", "binary"),
-        ("kafka_timestamp", "timestamp"),
-        ("source_file", "string"),
-        ("archived_at", "timestamp"),
-        ("arrival_date", "string"),
-    ),
+    "archive",
+    "archive",
+    "",
+    "topic string, partition int, offset bigint, key string, value binary, kafka_timestamp timestamp, "
+    "source_file string, archived_at timestamp, arrival_date string",
     partition_by=("topic", "arrival_date"),
     day_rule="arrival_window",
     day_column="arrival_date",
 )
 SENSOR_WINDOWS = Dataset(
-    name="sensor_windows",
-    root="outputs",
-    folder="sensor_windows",
-    columns=_SENSOR_WINDOW_COLUMNS,
-    day_column="window_start",
+    "sensor_windows", "outputs", "sensor_windows", _SENSOR_WINDOW_DDL, day_column="window_start"
 )
 AD_MATCHES = Dataset(
-    name="ad_matches",
-    root="outputs",
-    folder="ad_matches",
-    columns=(
-        ("impression_id", "string"),
-        ("ad_id", "string"),
-        ("user_id", "string"),
-        ("shown_at", "timestamp"),
-        ("click_id", "string"),
-        ("clicked_at", "timestamp"),
-        ("matched", "boolean"),
-    ),
+    "ad_matches",
+    "outputs",
+    "ad_matches",
+    "impression_id string, ad_id string, user_id string, shown_at timestamp, click_id string, "
+    "clicked_at timestamp, matched boolean",
     day_column="shown_at",
 )
 AD_CTR = Dataset(
-    name="ad_ctr",
-    root="outputs",
-    folder="ad_ctr",
-    columns=(
-        ("window_start", "timestamp"),
-        ("window_end", "timestamp"),
-        ("ad_id", "string"),
-        ("impressions", "bigint"),
-        ("clicks", "bigint"),
-        ("ctr", "double"),
-    ),
+    "ad_ctr",
+    "outputs",
+    "ad_ctr",
+    "window_start timestamp, window_end timestamp, ad_id string, impressions bigint, clicks bigint, "
+    "ctr double",
     day_column="window_start",
 )
-# As parsing.quarantined_events writes them (parsing.QUARANTINE_SCHEMA is built from this).
-QUARANTINE_COLUMNS = (
-    ("event_type", "string"),
-    ("reason", "string"),
-    ("payload", "string"),
-    ("raw_value", "binary"),
-    ("key", "string"),
-    ("topic", "string"),
-    ("partition", "int"),
-    ("offset", "bigint"),
-    ("kafka_timestamp", "timestamp"),
-    ("source_file", "string"),
-    ("quarantined_at", "timestamp"),
-)
-SENSOR_QUARANTINE = Dataset(
-    name="sensor_quarantine",
-    root="quarantine",
-    folder="sensor_aggregation",
-    columns=QUARANTINE_COLUMNS,
-    day_column="kafka_timestamp",
-)
-AD_QUARANTINE = Dataset(
-    name="ad_quarantine",
-    root="quarantine",
-    folder="ad_matching",
-    columns=QUARANTINE_COLUMNS,
-    day_column="kafka_timestamp",
+SENSOR_QUARANTINE, AD_QUARANTINE = (
+    Dataset(f"{app}_quarantine", "quarantine", app, _QUARANTINE_DDL, day_column="kafka_timestamp")
+    for app in ("sensor_aggregation", "ad_matching")
 )
 COMPLIANCE_WINDOWS = Dataset(
-    name="compliance_sensor_windows",
-    root="compliance",
-    folder="sensor_windows",
-    columns=(*_SENSOR_WINDOW_COLUMNS, ("event_date", "string")),
+    "compliance_sensor_windows",
+    "compliance",
+    "sensor_windows",
+    f"{_SENSOR_WINDOW_DDL}, event_date string",
     partition_by=("event_date",),
     day_rule="partition",
     day_column="event_date",
 )
 LATE_EVENT_LEDGER = Dataset(
-    name="late_event_ledger",
-    root="compliance",
-    folder="late_event_ledger",
-    columns=(
-        ("query", "string"),
-        ("event_id", "string"),
-        ("sensor_id", "string"),
-        ("event_time", "timestamp"),
-        ("temperature", "double"),
-        ("window_start", "timestamp"),
-        ("window_end", "timestamp"),
-        ("arrival_delay_s", "double"),
-        ("topic", "string"),
-        ("partition", "int"),
-        ("offset", "bigint"),
-        ("kafka_timestamp", "timestamp"),
-        ("source_file", "string"),
-        ("batch_id", "bigint"),
-        ("late_filter_watermark", "timestamp"),
-        ("event_date", "string"),
-    ),
+    "late_event_ledger",
+    "compliance",
+    "late_event_ledger",
+    "query string, event_id string, sensor_id string, event_time timestamp, temperature double, "
+    "window_start timestamp, window_end timestamp, arrival_delay_s double, topic string, partition int, "
+    "offset bigint, kafka_timestamp timestamp, source_file string, batch_id bigint, "
+    "late_filter_watermark timestamp, event_date string",
     partition_by=("event_date",),
     day_rule="partition",
     day_column="event_date",

@@ -14,24 +14,18 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import BooleanType, IntegerType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
 from stream_pipelines.batch_log import BatchRecord
 from stream_pipelines.config import Duration
+from stream_pipelines.registry import struct_type
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-KAFKA_BATCH_SCHEMA = StructType(
-    [
-        StructField("range_topic", StringType()),
-        StructField("range_partition", IntegerType()),
-        StructField("start_offset", LongType()),
-        StructField("end_offset", LongType()),
-        StructField("batch_id", LongType()),
-        StructField("late_filter_watermark_ms", LongType()),
-        StructField("committed", BooleanType()),
-    ]
+KAFKA_BATCH_SCHEMA = struct_type(
+    "range_topic string, range_partition int, start_offset bigint, end_offset bigint, batch_id bigint, "
+    "late_filter_watermark_ms bigint, committed boolean"
 )
 # The batch ranges are cut into buckets of offsets so that each delivery meets only the one or two
 # ranges around its own offset (an equi-join), not every range of its partition: a day of 10 s
