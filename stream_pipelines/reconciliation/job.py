@@ -472,25 +472,3 @@ def progress_printer() -> Callable[[str], None]:
         print(f"{APP} progress [{time.monotonic() - started:.0f}s]: {step}", file=sys.stderr, flush=True)
 
     return say
-
-
-def submit_command(config: PipelineConfig, day: date, overrides: Sequence[str] = ()) -> list[str]:
-    """spark-submit for spark_apps/reconcile.py with exactly the streaming apps' Spark settings."""
-    from stream_pipelines.runtime import spark_conf
-    from stream_pipelines.submit import SPARK_APPS_DIR, spark_submit_executable
-
-    command = [
-        spark_submit_executable(),
-        "--master",
-        config.spark.master,
-        "--deploy-mode",
-        config.spark.deploy_mode,
-        "--name",
-        APP,
-    ]
-    for key, value in spark_conf(config).items():
-        command += ["--conf", f"{key}={value}"]
-    args = ["--env", config.env, "--conf-dir", str(config.conf_dir), "--date", day.isoformat()]
-    for override in overrides:
-        args += ["--set", override]
-    return [*command, str(SPARK_APPS_DIR / f"{APP}.py"), *args]

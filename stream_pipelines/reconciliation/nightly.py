@@ -81,14 +81,13 @@ def reconcile(day: str) -> str:
     job runs, not all at once when it ends; each line keeps Spark's own level, so its INFO chatter does
     not show as errors.
     """
-    from stream_pipelines.reconciliation.job import submit_command
-    from stream_pipelines.submit import submit_environment
+    from stream_pipelines.submit import reconcile_submit_command, submit_environment
 
     config = _config()
     verdicts: list[str] = []
     last_lines: deque[str] = deque(maxlen=40)
     with subprocess.Popen(
-        submit_command(config, date.fromisoformat(day)),
+        reconcile_submit_command(config, date.fromisoformat(day)),
         env=submit_environment(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
