@@ -125,8 +125,7 @@ def publish_report(day: str, raw_gate: dict[str, Any], output_gates: list[dict[s
     """Attach every gate's result to D's report; returns the HTML report's path."""
     from pathlib import Path
 
-    from stream_pipelines.reconciliation.report import update_report
-    from stream_pipelines.reconciliation.settings import report_dir
+    from stream_pipelines.reconciliation.report import report_dir, update_report
 
     folder = Path(report_dir(_config(), day))
     update_report(folder, "quality_gates", [raw_gate, *output_gates])
