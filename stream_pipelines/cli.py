@@ -404,10 +404,9 @@ def _control(config: PipelineConfig, args: argparse.Namespace) -> int:
 
 
 def _reconcile(config: PipelineConfig, args: argparse.Namespace) -> int:
-    from stream_pipelines.reconciliation.job import submit_command
-    from stream_pipelines.submit import submit_environment
+    from stream_pipelines.submit import reconcile_submit_command, submit_environment
 
-    command = submit_command(config, args.date, args.overrides)
+    command = reconcile_submit_command(config, args.date, args.overrides)
     return subprocess.run(command, env=submit_environment(), check=False).returncode
 
 

@@ -15,6 +15,8 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stream_pipelines import registry
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -25,17 +27,6 @@ CRITICAL, WARNING = "critical", "warning"
 DATASOURCE = "pipeline_spark"
 # Aggregates are floating point: min <= avg <= max is checked with this slack.
 FLOAT_SLACK = 1e-9
-ARCHIVE_COLUMNS = (
-    "topic",
-    "partition",
-    "offset",
-    "key",
-    "value",
-    "kafka_timestamp",
-    "source_file",
-    "archived_at",
-    "arrival_date",
-)
 
 
 class QualityGateFailed(RuntimeError):
@@ -71,7 +62,7 @@ def raw_events_expectations(day: date, cutoff: datetime) -> list:
 
     return [
         gxe.ExpectTableColumnsToMatchSet(
-            column_set=list(ARCHIVE_COLUMNS), exact_match=True, severity=CRITICAL
+            column_set=list(registry.ARCHIVE.column_names), exact_match=True, severity=CRITICAL
         ),
         gxe.ExpectColumnValuesToNotBeNull(column="topic", severity=CRITICAL),
         gxe.ExpectColumnValuesToNotBeNull(column="kafka_timestamp", severity=CRITICAL),
@@ -133,9 +124,8 @@ def validate(
     import great_expectations as gx
 
     from stream_pipelines.data_docs_assets import localize
-    from stream_pipelines.reconciliation.settings import gx_dir
 
-    context = gx.get_context(mode="file", project_root_dir=gx_dir(config))
+    context = gx.get_context(mode="file", project_root_dir=config.data_path("gx"))
     source = context.data_sources.add_or_update_spark(name=DATASOURCE)
     asset = next((a for a in source.assets if a.name == suite_name), None) or source.add_dataframe_asset(
         name=suite_name
@@ -200,14 +190,11 @@ def _docs_index(context: Any) -> str | None:
 def raw_events_gate(config: PipelineConfig, day: date, spark: SparkSession) -> GateResult:
     from stream_pipelines.parsing import CLICK, IMPRESSION, SENSOR_READING
     from stream_pipelines.reconciliation import events
-    from stream_pipelines.reconciliation.settings import settings_of
 
-    horizon = settings_of(config).late_horizon
-    archive = events.read_archive(spark, config.data_path("archive"), day, horizon)
+    archive = events.read_archive(spark, config, day)
     topics = config.kafka.topics
-    result = validate(
-        config, archive, RAW_EVENTS, day, raw_events_expectations(day, events.arrival_cutoff(day, horizon))
-    )
+    cutoff = events.arrival_cutoff(day, config.reconciliation.late_horizon)
+    result = validate(config, archive, RAW_EVENTS, day, raw_events_expectations(day, cutoff))
     result.rows = archive.count()
     result.quarantine = events.quarantine_counts(
         archive,
@@ -218,39 +205,17 @@ def raw_events_gate(config: PipelineConfig, day: date, spark: SparkSession) -> G
 
 
 def streaming_outputs_gate(config: PipelineConfig, day: date, spark: SparkSession) -> GateResult:
-    from pyspark.sql import functions as F
-
-    windows = _read_or_empty(spark, config.output_dir("sensor_windows"), _WINDOW_DDL)
-    of_day = with_range_columns(windows.where(F.to_date("window_start").cast("string") == day.isoformat()))
+    of_day = with_range_columns(registry.SENSOR_WINDOWS.read_day(spark, config, day))
     result = validate(config, of_day, STREAMING_OUTPUTS, day, window_expectations())
     result.rows = of_day.count()
     return result
 
 
 def compliance_gate(config: PipelineConfig, day: date, spark: SparkSession) -> GateResult:
-    from pyspark.sql import functions as F
-
-    from stream_pipelines.reconciliation.settings import compliance_dir
-
-    table = _read_or_empty(spark, compliance_dir(config), f"{_WINDOW_DDL}, event_date string")
-    of_day = with_range_columns(table.where(F.col("event_date").cast("string") == day.isoformat()))
+    of_day = with_range_columns(registry.COMPLIANCE_WINDOWS.read_day(spark, config, day))
     result = validate(config, of_day, COMPLIANCE, day, compliance_expectations(day))
     result.rows = of_day.count()
     return result
-
-
-_WINDOW_DDL = (
-    "window_start timestamp, window_end timestamp, sensor_id string, avg_temperature double, "
-    "max_temperature double, min_temperature double, reading_count long, location string, "
-    "building string, floor int, known_sensor boolean, metadata_problem string"
-)
-
-
-def _read_or_empty(spark: SparkSession, path: str, ddl: str) -> DataFrame:
-    from stream_pipelines.runtime import read_parquet_or_none
-
-    frame = read_parquet_or_none(spark, path)
-    return frame if frame is not None else spark.createDataFrame([], ddl)
 
 
 def enforce(result: GateResult) -> GateResult:
@@ -262,8 +227,7 @@ def enforce(result: GateResult) -> GateResult:
 
 def attach_to_report(config: PipelineConfig, day: date, results: list[GateResult]) -> None:
     """Add the gate results (and Data Docs links) to day D's reconciliation report, if it exists."""
-    from stream_pipelines.reconciliation.report import update_report
-    from stream_pipelines.reconciliation.settings import report_dir
+    from stream_pipelines.reconciliation.report import report_dir, update_report
 
     folder = Path(report_dir(config, day.isoformat()))
     if (folder / "report.json").is_file():

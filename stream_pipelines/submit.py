@@ -1,4 +1,4 @@
-"""How an app is launched: one spark-submit command line, shared by the front door and Airflow."""
+"""How an app or a job is launched: one spark-submit command line, shared by the front door and Airflow."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import os
 import shutil
 import sys
 from collections.abc import Sequence
+from datetime import date
 from pathlib import Path
 
 from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
@@ -13,20 +14,29 @@ from stream_pipelines.registry import app as declared_app
 from stream_pipelines.runtime import TriggerMode, spark_conf
 
 SPARK_APPS_DIR = PROJECT_ROOT / "spark_apps"
+RECONCILE_SCRIPT = "reconcile"
 
 
-def application_path(app: str) -> str:
-    return declared_app(app).entry_point
+def script_path(script: str) -> str:
+    return str(SPARK_APPS_DIR / f"{script}.py")
+
+
+def driver_args(
+    config: PipelineConfig, script_args: Sequence[str] = (), overrides: Sequence[str] = ()
+) -> list[str]:
+    """What a driver needs to load the very same config the launcher validated, then its own arguments."""
+    # The folder the config was read from, not <project>/conf: a deployment may keep it anywhere.
+    args = ["--env", config.env, "--conf-dir", str(config.conf_dir), *script_args]
+    for override in overrides:
+        args += ["--set", override]
+    return args
 
 
 def application_args(
     config: PipelineConfig, trigger: TriggerMode, overrides: Sequence[str] = ()
 ) -> list[str]:
-    """What the driver needs to load the very same config the launcher validated."""
-    args = ["--env", config.env, "--conf-dir", str(config.conf_dir), "--trigger", trigger]
-    for override in overrides:
-        args += ["--set", override]
-    return args
+    """An app driver's arguments (Airflow's operator hands the script path and Spark settings apart)."""
+    return driver_args(config, ["--trigger", trigger], overrides)
 
 
 def spark_submit_executable() -> str:
@@ -39,9 +49,10 @@ def spark_submit_executable() -> str:
     return found
 
 
-def spark_submit_command(
-    config: PipelineConfig, app: str, trigger: TriggerMode, overrides: Sequence[str] = ()
+def submit_command(
+    config: PipelineConfig, script: str, script_args: Sequence[str] = (), overrides: Sequence[str] = ()
 ) -> list[str]:
+    """spark-submit of ``spark_apps/<script>.py`` with exactly the streaming apps' Spark settings."""
     command = [
         spark_submit_executable(),
         "--master",
@@ -49,11 +60,23 @@ def spark_submit_command(
         "--deploy-mode",
         config.spark.deploy_mode,
         "--name",
-        app,
+        script,
     ]
     for key, value in spark_conf(config).items():
         command += ["--conf", f"{key}={value}"]
-    return [*command, application_path(app), *application_args(config, trigger, overrides)]
+    return [*command, script_path(script), *driver_args(config, script_args, overrides)]
+
+
+def spark_submit_command(
+    config: PipelineConfig, app: str, trigger: TriggerMode, overrides: Sequence[str] = ()
+) -> list[str]:
+    """One streaming app, run with the given trigger."""
+    return submit_command(config, declared_app(app).name, ["--trigger", trigger], overrides)
+
+
+def reconcile_submit_command(config: PipelineConfig, day: date, overrides: Sequence[str] = ()) -> list[str]:
+    """The nightly reconciliation of event day D (spark_apps/reconcile.py)."""
+    return submit_command(config, RECONCILE_SCRIPT, ["--date", day.isoformat()], overrides)
 
 
 def submit_environment(base: dict[str, str] | None = None) -> dict[str, str]:

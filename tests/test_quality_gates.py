@@ -10,8 +10,10 @@ import pytest
 from pyspark.sql import functions as F
 
 from stream_pipelines import quality_gates
-from stream_pipelines.reconciliation.settings import compliance_dir
+from stream_pipelines.registry import COMPLIANCE_WINDOWS
 from tests.conftest import make_overrides_config
+
+compliance_dir = COMPLIANCE_WINDOWS.location
 
 DAY = date(2026, 1, 1)
 WINDOW_COLUMNS = (

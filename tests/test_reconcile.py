@@ -36,6 +36,7 @@ from stream_pipelines.batch_log import (
     parse_batch_log,
 )
 from stream_pipelines.config import PipelineConfig
+from stream_pipelines.config import ReconciliationTolerances as Tolerances
 from stream_pipelines.reconciliation.advisor import late_watermarks
 from stream_pipelines.reconciliation.job import (
     ReconciliationResult,
@@ -43,7 +44,7 @@ from stream_pipelines.reconciliation.job import (
     run_reconciliation,
 )
 from stream_pipelines.reconciliation.ledger import with_batches
-from stream_pipelines.reconciliation.settings import compliance_dir
+from stream_pipelines.registry import COMPLIANCE_WINDOWS
 from tests.conftest import (
     Replay,
     create_topic,
@@ -54,6 +55,7 @@ from tests.conftest import (
 )
 
 pytestmark = pytest.mark.broker
+compliance_dir = COMPLIANCE_WINDOWS.location
 
 DAY = date(2026, 1, 1)
 FILLER = ["{not json: a batch that moves no watermark"]
@@ -471,7 +473,6 @@ def test_windows_closed_after_the_stream_read_past_the_archive_are_not_checked_a
 
 def test_a_stream_window_with_events_not_yet_archived_is_pending_and_archived_ones_stay_unexplained():
     from stream_pipelines.reconciliation import diff
-    from stream_pipelines.reconciliation.settings import Tolerances
 
     figures = {"reading_count": 3, "avg_temperature": 20.0, "max_temperature": 30.0, "min_temperature": 10.0}
     row = {

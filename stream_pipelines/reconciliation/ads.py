@@ -16,7 +16,7 @@ watermark has not passed the impression's interval end (pending).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,9 +29,8 @@ from stream_pipelines.config import Duration
 from stream_pipelines.reconciliation import events, ledger
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import Row, SparkSession
 
-MATCH_COLUMNS = ("impression_id", "ad_id", "user_id", "shown_at", "click_id", "clicked_at", "matched")
 MISSING_MATCH, WRONG_MATCH = "missing_match", "wrong_match"
 
 
@@ -76,7 +75,21 @@ def diff_matches(
     interval: Duration,
     final_watermark_ms: int | None,
 ) -> list[MatchDiff]:
-    """Pairs in one side only, each explained, pending or unexplained.
+    """Pairs in one side only, each explained, pending or unexplained (one Spark job)."""
+    return classify_matches(
+        differing_matches(exact, streaming, excluded, archived, interval, final_watermark_ms).collect()
+    )
+
+
+def differing_matches(
+    exact: DataFrame,
+    streaming: DataFrame,
+    excluded: DataFrame,
+    archived: DataFrame,
+    interval: Duration,
+    final_watermark_ms: int | None,
+) -> DataFrame:
+    """The pairs in one side only, with the evidence ``classify_matches`` reads.
 
     ``archived`` holds the event_id of every delivery the archive read has. While the apps run, the
     stream can match an event that reached Kafka after that read: such a pair is pending, not wrong.
@@ -91,7 +104,7 @@ def diff_matches(
     flagged_ids = excluded.select(F.col("event_id").alias("flagged_id"), F.lit(True).alias("flag"))
     archived_ids = archived.select(F.col("event_id").alias("archived_id")).distinct()
     interval_end_ms = F.unix_millis(F.coalesce("shown_at", "stream_shown_at")) + F.lit(interval.milliseconds)
-    differing = (
+    return (
         keyed_exact.join(keyed_stream, key, "full_outer")
         .where(F.col("in_exact").isNull() | F.col("in_stream").isNull())
         .join(
@@ -119,8 +132,11 @@ def diff_matches(
         .withColumn(
             "pending", F.lit(final_watermark_ms is None) | (interval_end_ms > F.lit(final_watermark_ms or 0))
         )
-        .collect()
     )
+
+
+def classify_matches(differing: Sequence[Row | Mapping[str, Any]]) -> list[MatchDiff]:
+    """The verdict on each collected row of ``differing_matches``, sorted by impression and click."""
     # An impression the stream wrote unmatched because its click was dropped is explained by that click.
     lost_click = {row["impression_id"] for row in differing if row["in_exact"] and row["click_late"]}
     # Pairs on an event the archive read does not have yet; the exact side then has the impression
@@ -150,12 +166,3 @@ def diff_matches(
             verdict, reason = "unexplained", "not reproduced by the ledger"
         diffs.append(MatchDiff(row["impression_id"], row["click_key"] or None, kind, verdict, reason))
     return sorted(diffs, key=lambda d: (d.impression_id, d.click_id or ""))
-
-
-def streaming_matches(spark: SparkSession, path: str, day: str) -> DataFrame | None:
-    from stream_pipelines.runtime import read_parquet_or_none
-
-    output = read_parquet_or_none(spark, path)
-    if output is None:
-        return None
-    return output.where(F.to_date("shown_at").cast("string") == day).select(*MATCH_COLUMNS)

@@ -20,7 +20,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from stream_pipelines.reconciliation.settings import Tolerances
+from stream_pipelines.config import ReconciliationTolerances
 
 STATS = ("reading_count", "avg_temperature", "max_temperature", "min_temperature")
 WINDOW_KEY = ("window_start", "sensor_id")
@@ -86,12 +86,12 @@ def compare_windows(
     )
 
 
-def differing_rows(compared: DataFrame, tolerances: Tolerances) -> DataFrame:
+def differing_rows(compared: DataFrame, tolerances: ReconciliationTolerances) -> DataFrame:
     """The windows whose streaming figures are absent, extra or not within tolerance of the exact ones."""
     return compared.where(~_close("exact", "streaming", tolerances))
 
 
-def _close(left: str, right: str, tolerances: Tolerances) -> F.Column:
+def _close(left: str, right: str, tolerances: ReconciliationTolerances) -> F.Column:
     both = F.col(f"{left}_present").isNotNull() & F.col(f"{right}_present").isNotNull()
     limits = {
         "reading_count": tolerances.count,
@@ -109,7 +109,7 @@ def _close(left: str, right: str, tolerances: Tolerances) -> F.Column:
     return condition
 
 
-def classify(row: dict[str, Any], tolerances: Tolerances) -> WindowDiff:
+def classify(row: dict[str, Any], tolerances: ReconciliationTolerances) -> WindowDiff:
     """The verdict for one differing window (see the module docstring).
 
     ``closed_by_stream``: the window ends at or before the watermark of the stream's last committed batch.
@@ -172,7 +172,7 @@ def _diff(
     )
 
 
-def _limit(stat: str, tolerances: Tolerances) -> float:
+def _limit(stat: str, tolerances: ReconciliationTolerances) -> float:
     return {
         "reading_count": tolerances.count,
         "avg_temperature": tolerances.avg,
@@ -187,5 +187,5 @@ def _value_close(left: float | None, right: float | None, limit: float) -> bool:
     return math.isclose(left, right, rel_tol=0, abs_tol=limit) or abs(left - right) <= limit
 
 
-def _figures_close(left: dict, right: dict, tolerances: Tolerances) -> bool:
+def _figures_close(left: dict, right: dict, tolerances: ReconciliationTolerances) -> bool:
     return all(_value_close(left[stat], right[stat], _limit(stat, tolerances)) for stat in STATS)

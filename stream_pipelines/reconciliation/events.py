@@ -11,16 +11,8 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import (
-    BinaryType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
 
+from stream_pipelines import registry
 from stream_pipelines.parsing import EventType, parse_events, quarantined_events, valid_events
 
 if TYPE_CHECKING:
@@ -29,20 +21,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from stream_pipelines.config import Duration, PipelineConfig, TopicSettings
-
-ARCHIVE_SCHEMA = StructType(
-    [
-        StructField("topic", StringType()),
-        StructField("partition", IntegerType()),
-        StructField("offset", LongType()),
-        StructField("key", StringType()),
-        StructField("value", BinaryType()),
-        StructField("kafka_timestamp", TimestampType()),
-        StructField("source_file", StringType()),
-        StructField("archived_at", TimestampType()),
-        StructField("arrival_date", StringType()),
-    ]
-)
 
 
 def arrival_dates(day: date, horizon: Duration) -> list[str]:
@@ -59,16 +37,13 @@ def arrival_cutoff(day: date, horizon: Duration) -> datetime:
     return datetime.combine(day + timedelta(days=1), datetime.min.time()) + timedelta(seconds=horizon.seconds)
 
 
-def read_archive(spark: SparkSession, archive_path: str, day: date, horizon: Duration) -> DataFrame:
-    """The archived records that arrived between D-1 and D + horizon (an empty frame if none)."""
-    from stream_pipelines.runtime import read_parquet_or_none
+def read_archive(spark: SparkSession, config: PipelineConfig, day: date) -> DataFrame:
+    """The archived records that arrived between D-1 and D + horizon (an empty frame if none).
 
-    archive = read_parquet_or_none(spark, archive_path)
-    if archive is None:
-        # No archive yet (a new deployment) is an empty day, not a crash.
-        return spark.createDataFrame([], ARCHIVE_SCHEMA)
-    cutoff = arrival_cutoff(day, horizon)
-    return archive.where(F.col("arrival_date").cast("string").isin(arrival_dates(day, horizon))).where(
+    No archive yet (a new deployment) is an empty day, not a crash.
+    """
+    cutoff = arrival_cutoff(day, config.reconciliation.late_horizon)
+    return registry.ARCHIVE.read_day(spark, config, day).where(
         F.col("kafka_timestamp").isNull() | (F.col("kafka_timestamp") < F.lit(cutoff))
     )
 
@@ -100,6 +75,15 @@ def quarantine_counts(
     archive: DataFrame, typed_topics: Sequence[tuple[TopicSettings, EventType]], config: PipelineConfig
 ) -> dict[str, dict[str, int]]:
     """Topic -> reason category -> how many archived records parsing quarantines (one Spark job)."""
+    return count_rejections(
+        rejections(archive, typed_topics, config), [topic.name for topic, _ in typed_topics]
+    )
+
+
+def rejections(
+    archive: DataFrame, typed_topics: Sequence[tuple[TopicSettings, EventType]], config: PipelineConfig
+) -> DataFrame | None:
+    """How many archived records parsing quarantines, per topic and reason category (None: no topics)."""
     rejected = None
     for topic, event_type in typed_topics:
         raw = archive.where(F.col("topic") == topic.name).select(
@@ -109,9 +93,14 @@ def quarantine_counts(
             "topic", F.split(F.col("reason"), ":").getItem(0).alias("reason")
         )
         rejected = frame if rejected is None else rejected.unionByName(frame)
-    counts: dict[str, dict[str, int]] = {topic.name: {} for topic, _ in typed_topics}
+    return rejected.groupBy("topic", "reason").count() if rejected is not None else None
+
+
+def count_rejections(rejected: DataFrame | None, topics: Sequence[str]) -> dict[str, dict[str, int]]:
+    """``rejections`` collected: topic -> reason category -> count, every topic present."""
+    counts: dict[str, dict[str, int]] = {topic: {} for topic in topics}
     if rejected is not None:
-        for row in rejected.groupBy("topic", "reason").count().collect():
+        for row in rejected.collect():
             counts[row["topic"]][row["reason"]] = int(row["count"])
     return counts
 

@@ -1,8 +1,15 @@
-"""The nightly reconciliation for one event day D: recompute, ledger, diff, compliance table, report.
+"""The nightly reconciliation for one event day D, in stages that read top to bottom.
 
-Sources (raw archive, batch log, streaming outputs) are read and sinks (compliance table, ledger,
-report) written here only; everything between is pure DataFrame -> DataFrame functions, and the
-aggregations are the streaming apps' own functions, called without a watermark.
+    load_inputs        I/O: the archive rows for D, the batch logs, the streaming outputs, sensor metadata
+    typed_deliveries   the archive as typed deliveries per input topic, and what parsing rejects
+    reconcile_sensors  exact recompute, ledger model, window-by-window comparison, the late-event ledger
+    reconcile_ads      exact ad matches against the stream's, attributed with the dedup late filter
+    advise             the frames the watermark advisor summarises (arrival delays, the what-if replay)
+    summarize          every Spark action of the run: the figures, the verdicts, the ReconciliationResult
+    publish            I/O: the ledger, the compliance table (only when every diff is explained), the report
+
+The stages between the two I/O ends are DataFrame -> DataFrame (nothing runs until ``summarize``), and
+the aggregations are the streaming apps' own functions, called without a watermark.
 """
 
 from __future__ import annotations
@@ -17,6 +24,10 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pyspark.sql import functions as F
+
+from stream_pipelines import batch_log, registry
+from stream_pipelines.apps.sensor_aggregation import enrich_with_metadata, tumbling_window_stats
 from stream_pipelines.config import (
     PROJECT_ROOT,
     ConfigError,
@@ -25,19 +36,20 @@ from stream_pipelines.config import (
     config_from_args,
 )
 from stream_pipelines.exit_codes import ExitCode
+from stream_pipelines.parsing import CLICK, IMPRESSION, SENSOR_READING
+from stream_pipelines.reconciliation import ads, advisor, diff, events, ledger, report
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, Row, SparkSession
 
+    from stream_pipelines.batch_log import BatchRecord
     from stream_pipelines.reconciliation.ads import MatchDiff
     from stream_pipelines.reconciliation.advisor import DelayStats, WhatIf
     from stream_pipelines.reconciliation.diff import WindowDiff
-    from stream_pipelines.reconciliation.settings import ReconciliationSettings
 
 APP = "reconcile"
 SENSOR_APP, TUMBLING_QUERY, SLIDING_QUERY = "sensor_aggregation", "tumbling", "sliding"
 AD_APP, MATCHES_QUERY = "ad_matching", "matches"
-EXIT_UNEXPLAINED = 1
 ADS_LEDGER_SCOPE = (
     "ad deliveries count as dropped when their own event time is at or behind the late-filter watermark "
     "of the batch that read them (deduplication's late filter); join state eviction is not modelled apart"
@@ -118,7 +130,6 @@ def run_reconciliation(
     day: date,
     *,
     spark: SparkSession | None = None,
-    settings: ReconciliationSettings | None = None,
     fail_on_unexplained: bool = True,
     progress: Callable[[str], None] = lambda step: None,
 ) -> ReconciliationResult:
@@ -126,241 +137,328 @@ def run_reconciliation(
 
     ``progress`` hears each step as it starts, for a log that shows where a long run is.
     """
-    from pyspark.sql import functions as F
-
-    from stream_pipelines import batch_log
-    from stream_pipelines.apps.sensor_aggregation import enrich_with_metadata, tumbling_window_stats
-    from stream_pipelines.parsing import CLICK, IMPRESSION, SENSOR_READING
-    from stream_pipelines.reconciliation import ads, advisor, diff, events, ledger, report
-    from stream_pipelines.reconciliation.settings import (
-        compliance_dir,
-        ledger_dir,
-        report_dir,
-        settings_of,
-    )
-    from stream_pipelines.runtime import get_spark, read_parquet_or_none
-    from stream_pipelines.sensor_metadata import sensor_metadata_frame
+    from stream_pipelines.runtime import get_spark
 
     started = time.monotonic()
-    settings = settings or settings_of(config)
     spark = spark or get_spark(config, APP)
-    sensors_cfg, topics = config.sensors, config.kafka.topics
-    day_text = day.isoformat()
-    on_day = F.col("event_date") == day_text
-
-    archive_path = config.data_path("archive")
-    progress(f"reading the archive for {day_text} and the batch logs")
-    archive = events.read_archive(spark, archive_path, day, settings.late_horizon).persist()
-    sensor_deliveries = events.deliveries(archive, topics.sensors.name, SENSOR_READING, config).persist()
-
-    tumbling_batches = batch_log.load_batches(config, SENSOR_APP, TUMBLING_QUERY)
-    sliding_batches = batch_log.load_batches(config, SENSOR_APP, SLIDING_QUERY)
-    final_ms = ledger.final_eviction_watermark_ms(tumbling_batches)
-
+    progress(f"reading the archive for {day.isoformat()} and the batch logs")
+    inputs = load_inputs(spark, config, day)
+    deliveries = typed_deliveries(config, inputs)
     progress("exact recompute, ledger model and window-by-window diff of the sensor windows")
-    # Exact recompute: one delivery per event, the streaming app's own aggregation, no watermark.
-    exact = tumbling_window_stats(
-        events.first_deliveries(sensor_deliveries.where(on_day)), sensors_cfg.window
+    sensors = reconcile_sensors(spark, config, inputs, deliveries)
+    matches = reconcile_ads(spark, config, inputs, deliveries)
+    advice = advise(inputs, deliveries, sensors)
+    try:
+        result = summarize(spark, config, inputs, deliveries, sensors, matches, advice, progress)
+        progress(f"status {result.status}: writing the ledger, the compliance table and the report")
+        publish(config, sensors, result, started)
+    finally:
+        for frame in (sensors.compared, sensors.ledger, sensors.assigned, deliveries.sensors, inputs.archive):
+            frame.unpersist()
+    if result.unexplained and fail_on_unexplained:
+        raise UnexplainedDifferences(result)
+    return result
+
+
+# --------------------------------------------------------------------------- load_inputs
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the reconciliation of day D reads (lazily, for the frames)."""
+
+    day: date
+    # The archived records that arrived D-1 .. D + late_horizon (persisted: every stage reads them).
+    archive: DataFrame
+    tumbling_batches: list[BatchRecord]
+    sliding_batches: list[BatchRecord]
+    match_batches: list[BatchRecord]
+    # What the streaming apps wrote for D (empty when they wrote nothing yet).
+    sensor_windows: DataFrame
+    ad_matches: DataFrame
+    sensor_metadata: DataFrame
+
+    @property
+    def day_text(self) -> str:
+        return self.day.isoformat()
+
+
+def load_inputs(spark: SparkSession, config: PipelineConfig, day: date) -> Inputs:
+    from stream_pipelines.sensor_metadata import sensor_metadata_frame
+
+    return Inputs(
+        day=day,
+        archive=events.read_archive(spark, config, day).persist(),
+        tumbling_batches=batch_log.load_batches(config, SENSOR_APP, TUMBLING_QUERY),
+        sliding_batches=batch_log.load_batches(config, SENSOR_APP, SLIDING_QUERY),
+        match_batches=batch_log.load_batches(config, AD_APP, MATCHES_QUERY),
+        sensor_windows=registry.SENSOR_WINDOWS.read_day(spark, config, day),
+        ad_matches=registry.AD_MATCHES.read_day(spark, config, day),
+        sensor_metadata=sensor_metadata_frame(spark, config.project_path(config.sensors.metadata_path)),
     )
 
-    assigned = ledger.with_batches(spark, sensor_deliveries, tumbling_batches).persist()
-    pairs = ledger.windowed(assigned, sensors_cfg.window).where(
-        F.to_date("window_start").cast("string") == day_text
-    )
-    # What the stream should have written, given the ledger: duplicates included, dropped rows out.
-    closed = _window_ends_by(final_ms)
-    model = tumbling_window_stats(
-        pairs.where((F.col("ledger_status") == ledger.ACCEPTED) & F.col("committed") & closed),
-        sensors_cfg.window,
-    )
-    streaming_path = config.output_dir("sensor_windows")
-    streaming = read_parquet_or_none(spark, streaming_path)
-    streaming_day = (
-        streaming.where(F.to_date("window_start").cast("string") == day_text).select(
-            "window_start", "window_end", "sensor_id", *diff.STATS
-        )
-        if streaming is not None
-        else exact.limit(0)
-    )
-    evidence = pairs.groupBy(*diff.WINDOW_KEY).agg(
-        F.count(F.when(F.col("ledger_status") == ledger.DROPPED, 1)).alias("dropped_deliveries"),
-        (F.count(F.lit(1)) - F.countDistinct("event_id")).alias("duplicate_deliveries"),
-    )
-    archived_ends = {
-        (topics.sensors.name, int(row["partition"])): int(row["end"])
-        # Rows archived from replay files have no Kafka coordinates.
-        for row in archive.where((F.col("topic") == topics.sensors.name) & F.col("offset").isNotNull())
-        .groupBy("partition")
-        .agg((F.max("offset") + 1).alias("end"))
-        .collect()
-    }
-    verified_ms = ledger.archived_eviction_watermark_ms(tumbling_batches, archived_ends)
-    compared = (
-        diff.compare_windows(exact, streaming_day, model, evidence)
-        .withColumn("closed_by_stream", closed)
-        .withColumn("archived_for_stream", _window_ends_by(verified_ms))
-        .persist()
-    )
-    differing = [r.asDict() for r in diff.differing_rows(compared, settings.tolerances).collect()]
-    diffs = sorted(
-        (diff.classify(row, settings.tolerances) for row in differing),
-        key=lambda d: (d.window_start, d.sensor_id),
-    )
-    counts = compared.agg(
-        F.count(F.col("exact_present")).alias("exact_windows"),
-        F.count(F.col("streaming_present")).alias("streaming_windows"),
-    ).first()
-    window_counts = {
-        "exact_windows": int(counts["exact_windows"]),
-        "streaming_windows": int(counts["streaming_windows"]),
-        "matching_windows": int(counts["exact_windows"]) - sum(d.kind != diff.EXTRA for d in diffs),
-        **{
-            f"{verdict}_diffs": sum(d.verdict == verdict for d in diffs)
-            for verdict in (diff.EXPLAINED, diff.UNEXPLAINED, diff.PENDING)
-        },
-    }
 
-    progress(
-        f"{window_counts['exact_windows']} exact windows, {len(diffs)} differ; building the late-event ledger"
-    )
-    # The ledger: tumbling pairs and sliding pairs the watermark excluded.
-    sliding_assigned = ledger.with_batches(spark, sensor_deliveries, sliding_batches)
-    sliding_pairs = ledger.windowed(sliding_assigned, sensors_cfg.sliding_window, sensors_cfg.slide)
-    ledger_frame = (
-        ledger.ledger_rows(pairs, TUMBLING_QUERY)
-        .unionByName(
-            ledger.ledger_rows(
-                sliding_pairs.where(F.to_date("window_start").cast("string") == day_text), SLIDING_QUERY
-            )
-        )
-        .withColumn("event_date", F.lit(day_text))
-        .persist()
-    )
-    ledger_count = ledger_frame.count()
-    ledger_listed = [
-        _jsonable(r.asDict())
-        for r in ledger_frame.orderBy("query", "window_start", "event_time", "event_id")
-        .limit(settings.report_ledger_rows)
-        .collect()
-    ]
-    status_counts = {
-        r["ledger_status"]: int(r["count"]) for r in pairs.groupBy("ledger_status").count().collect()
-    }
+# --------------------------------------------------------------------------- typed_deliveries
 
-    progress(f"{ledger_count} ledger pairs; delay analysis per topic")
-    # Delay analysis and the what-if (one Spark job per figure, all topics at once).
+
+@dataclass(frozen=True)
+class Deliveries:
+    """The archive read as valid, typed deliveries per input topic (all event days: they all moved the
+    stream's watermark), and the records parsing rejects."""
+
+    sensors: DataFrame
+    impressions: DataFrame
+    clicks: DataFrame
+    # topic, reason, count.
+    rejections: DataFrame | None
+    topics: tuple[str, ...]
+
+
+def typed_deliveries(config: PipelineConfig, inputs: Inputs) -> Deliveries:
+    topics = config.kafka.topics
     typed_topics = (
         (topics.sensors, SENSOR_READING),
         (topics.impressions, IMPRESSION),
         (topics.clicks, CLICK),
     )
-    all_deliveries = [
-        sensor_deliveries if topic is topics.sensors else events.deliveries(archive, topic.name, kind, config)
-        for topic, kind in typed_topics
-    ]
-    delay_stats = advisor.delay_stats_per_topic(
-        [frame.where(on_day).select("topic", "delay_ms") for frame in all_deliveries],
-        [topic.name for topic, _ in typed_topics],
+    sensors, impressions, clicks = (
+        events.deliveries(inputs.archive, topic.name, kind, config) for topic, kind in typed_topics
     )
-    quarantine = events.quarantine_counts(archive, typed_topics, config)
-    progress("ad matches: exact join and diff against the stream")
-    # Ad matches: exact join, diff against the stream, attributed with the dedup late filter.
-    impressions, clicks = all_deliveries[1], all_deliveries[2]
-    match_batches = batch_log.load_batches(config, AD_APP, MATCHES_QUERY)
-    exact_matches = ads.exact_matches(impressions, clicks, config.ads.match_interval, day_text)
-    stream_matches = ads.streaming_matches(spark, config.output_dir("ad_matches"), day_text)
-    ad_deliveries = impressions.unionByName(clicks, allowMissingColumns=True)
-    excluded = ads.excluded_events(spark, ad_deliveries, match_batches)
-    match_diffs = ads.diff_matches(
-        exact_matches,
-        stream_matches if stream_matches is not None else exact_matches.limit(0),
-        excluded,
+    return Deliveries(
+        # Persisted: the exact recompute, both ledgers, the advisor and the day's counts read them.
+        sensors=sensors.persist(),
+        impressions=impressions,
+        clicks=clicks,
+        rejections=events.rejections(inputs.archive, typed_topics, config),
+        topics=tuple(topic.name for topic, _ in typed_topics),
+    )
+
+
+# --------------------------------------------------------------------------- reconcile_sensors
+
+
+@dataclass(frozen=True)
+class SensorReconciliation:
+    """D's tumbling windows three ways (exact, ledger model, stream), and the late-event ledger."""
+
+    # The exact windows as the compliance table holds them (with the sensor metadata and event_date).
+    compliance: DataFrame
+    # Every sensor delivery with the tumbling batch that read it.
+    assigned: DataFrame
+    # Exact, streaming and ledger-model figures side by side, per window of D.
+    compared: DataFrame
+    differing: DataFrame
+    window_counts: DataFrame
+    # The late-event ledger: (delivery, window) pairs the watermark excluded, tumbling and sliding.
+    ledger: DataFrame
+    ledger_listed: DataFrame
+    ledger_statuses: DataFrame
+    # One past the highest archived offset per sensor-topic partition.
+    archive_ends: DataFrame
+    day_counts: DataFrame
+
+
+def reconcile_sensors(
+    spark: SparkSession, config: PipelineConfig, inputs: Inputs, deliveries: Deliveries
+) -> SensorReconciliation:
+    sensors_cfg, day_text = config.sensors, inputs.day_text
+    on_day = F.col("event_date") == day_text
+    windows_of_day = F.to_date("window_start").cast("string") == day_text
+
+    # Exact recompute: one delivery per event, the streaming app's own aggregation, no watermark.
+    exact = tumbling_window_stats(
+        events.first_deliveries(deliveries.sensors.where(on_day)), sensors_cfg.window
+    )
+
+    assigned = ledger.with_batches(spark, deliveries.sensors, inputs.tumbling_batches).persist()
+    pairs = ledger.windowed(assigned, sensors_cfg.window).where(windows_of_day)
+    # What the stream should have written, given the ledger: duplicates included, dropped rows out.
+    closed = window_ends_by(ledger.final_eviction_watermark_ms(inputs.tumbling_batches))
+    model = tumbling_window_stats(
+        pairs.where((F.col("ledger_status") == ledger.ACCEPTED) & F.col("committed") & closed),
+        sensors_cfg.window,
+    )
+    streaming = inputs.sensor_windows.select("window_start", "window_end", "sensor_id", *diff.STATS)
+    evidence = pairs.groupBy(*diff.WINDOW_KEY).agg(
+        F.count(F.when(F.col("ledger_status") == ledger.DROPPED, 1)).alias("dropped_deliveries"),
+        (F.count(F.lit(1)) - F.countDistinct("event_id")).alias("duplicate_deliveries"),
+    )
+    compared = (
+        diff.compare_windows(exact, streaming, model, evidence)
+        .withColumn("closed_by_stream", closed)
+        .persist()
+    )
+
+    # The ledger: tumbling pairs and sliding pairs the watermark excluded.
+    sliding_assigned = ledger.with_batches(spark, deliveries.sensors, inputs.sliding_batches)
+    sliding_pairs = ledger.windowed(sliding_assigned, sensors_cfg.sliding_window, sensors_cfg.slide)
+    excluded = (
+        ledger.ledger_rows(pairs, TUMBLING_QUERY)
+        .unionByName(ledger.ledger_rows(sliding_pairs.where(windows_of_day), SLIDING_QUERY))
+        .withColumn("event_date", F.lit(day_text))
+        .persist()
+    )
+
+    # Rows archived from replay files have no Kafka coordinates.
+    sensor_offsets = inputs.archive.where(
+        (F.col("topic") == config.kafka.topics.sensors.name) & F.col("offset").isNotNull()
+    )
+    return SensorReconciliation(
+        compliance=enrich_with_metadata(exact, inputs.sensor_metadata).withColumn(
+            "event_date", F.lit(day_text)
+        ),
+        assigned=assigned,
+        compared=compared,
+        differing=diff.differing_rows(compared, config.reconciliation.tolerances),
+        window_counts=compared.agg(
+            F.count(F.col("exact_present")).alias("exact_windows"),
+            F.count(F.col("streaming_present")).alias("streaming_windows"),
+        ),
+        ledger=excluded,
+        ledger_listed=excluded.orderBy("query", "window_start", "event_time", "event_id").limit(
+            config.reconciliation.report_ledger_rows
+        ),
+        ledger_statuses=pairs.groupBy("ledger_status").count(),
+        archive_ends=sensor_offsets.groupBy("partition").agg((F.max("offset") + 1).alias("end")),
+        day_counts=deliveries.sensors.where(on_day).agg(
+            F.count(F.lit(1)).alias("deliveries"),
+            F.count(F.when(F.col("delivery_rank") == 1, 1)).alias("events"),
+        ),
+    )
+
+
+# --------------------------------------------------------------------------- reconcile_ads
+
+
+def reconcile_ads(
+    spark: SparkSession, config: PipelineConfig, inputs: Inputs, deliveries: Deliveries
+) -> DataFrame:
+    """The ad match pairs in the exact join or in the stream only, with the evidence that explains them."""
+    interval = config.ads.match_interval
+    exact = ads.exact_matches(deliveries.impressions, deliveries.clicks, interval, inputs.day_text)
+    ad_deliveries = deliveries.impressions.unionByName(deliveries.clicks, allowMissingColumns=True)
+    return ads.differing_matches(
+        exact,
+        inputs.ad_matches.select(*registry.AD_MATCHES.column_names),
+        ads.excluded_events(spark, ad_deliveries, inputs.match_batches),
         ad_deliveries.select("event_id"),
-        config.ads.match_interval,
-        ledger.final_eviction_watermark_ms(match_batches),
+        interval,
+        ledger.final_eviction_watermark_ms(inputs.match_batches),
     )
+
+
+# --------------------------------------------------------------------------- advise
+
+
+@dataclass(frozen=True)
+class Advice:
+    """What the watermark advisor summarises."""
+
+    # topic, delay_ms of D's deliveries, one frame per topic (in Deliveries.topics order).
+    delays: list[DataFrame]
+    # The sensor deliveries with their tumbling batch, replayed at each candidate delay.
+    replayed: DataFrame
+    replayed_day: Column
+
+
+def advise(inputs: Inputs, deliveries: Deliveries, sensors: SensorReconciliation) -> Advice:
+    on_day = F.col("event_date") == inputs.day_text
+    return Advice(
+        delays=[
+            frame.where(on_day).select("topic", "delay_ms")
+            for frame in (deliveries.sensors, deliveries.impressions, deliveries.clicks)
+        ],
+        replayed=sensors.assigned,
+        replayed_day=on_day,
+    )
+
+
+# --------------------------------------------------------------------------- summarize
+
+
+def summarize(
+    spark: SparkSession,
+    config: PipelineConfig,
+    inputs: Inputs,
+    deliveries: Deliveries,
+    sensors: SensorReconciliation,
+    matches: DataFrame,
+    advice: Advice,
+    progress: Callable[[str], None],
+) -> ReconciliationResult:
+    """Run the Spark jobs (directly, or through the advisor's summaries) and build the result.
+
+    Starts with the sensor windows' diff (the step ``run_reconciliation`` announced before the frames
+    were built); ``publish`` adds what it writes: compliance rows, output locations, report paths.
+    """
+    settings, sensors_cfg, day_text = config.reconciliation, config.sensors, inputs.day_text
+    sensor_topic = config.kafka.topics.sensors.name
+    archived_ends = {
+        (sensor_topic, int(row["partition"])): int(row["end"]) for row in sensors.archive_ends.collect()
+    }
+    # Known only once the archive's extent is: past this watermark the stream may have read events the
+    # archive read lacks.
+    verified_ms = ledger.archived_eviction_watermark_ms(inputs.tumbling_batches, archived_ends)
+    differing = sensors.differing.withColumn("archived_for_stream", window_ends_by(verified_ms)).collect()
+    diffs = sorted(
+        (diff.classify(row.asDict(), settings.tolerances) for row in differing),
+        key=lambda d: (d.window_start, d.sensor_id),
+    )
+    window_counts = count_windows(sensors.window_counts.first(), diffs)
+
+    progress(
+        f"{window_counts['exact_windows']} exact windows, {len(diffs)} differ; building the late-event ledger"
+    )
+    ledger_count = sensors.ledger.count()
+    ledger_listed = [_jsonable(row.asDict()) for row in sensors.ledger_listed.collect()]
+    status_counts = {row["ledger_status"]: int(row["count"]) for row in sensors.ledger_statuses.collect()}
+
+    progress(f"{ledger_count} ledger pairs; delay analysis per topic")
+    delay_stats = advisor.delay_stats_per_topic(advice.delays, deliveries.topics)
+    quarantine = events.count_rejections(deliveries.rejections, deliveries.topics)
+
+    progress("ad matches: exact join and diff against the stream")
+    match_diffs = ads.classify_matches(matches.collect())
+
     progress(f"{len(match_diffs)} match diffs; watermark advisor and what-if")
     sensor_delay = delay_stats[0]
     recommended = advisor.recommended_watermark_s(sensor_delay.p99_s, settings.watermark_margin)
     what_if = advisor.what_if(
         spark,
-        assigned,
-        on_day,
+        advice.replayed,
+        advice.replayed_day,
         settings.what_if_delays,
         sensors_cfg.window,
         sensors_cfg.trigger,
-        logged_batch_ids=[b.batch_id for b in tumbling_batches],
+        logged_batch_ids=[b.batch_id for b in inputs.tumbling_batches],
     )
 
-    # Inputs, for the audit trail.
-    archive_rows = archive.count()
-    day_counts = (
-        sensor_deliveries.where(on_day)
-        .agg(
-            F.count(F.lit(1)).alias("deliveries"),
-            F.count(F.when(F.col("delivery_rank") == 1, 1)).alias("events"),
-        )
-        .first()
-    )
+    archive_rows = inputs.archive.count()
+    day_counts = sensors.day_counts.first()
     day_deliveries = int(day_counts["deliveries"])
-    inputs = {
-        "event_day": day_text,
-        "archive_path": archive_path,
-        "arrival_dates_read": events.arrival_dates(day, settings.late_horizon),
-        "archive_rows_read": archive_rows,
-        "sensor_deliveries_for_day": day_deliveries,
-        "sensor_events_for_day": int(day_counts["events"]),
-        "streaming_output_path": streaming_path,
-        "streaming_rows_for_day": window_counts["streaming_windows"],
-        "batch_log_path": str(batch_log.query_log_dir(config, SENSOR_APP, TUMBLING_QUERY)),
-        "batches_logged": len(tumbling_batches),
-        "final_streaming_watermark": (
-            datetime.fromtimestamp(final_ms / 1000, UTC).isoformat() if final_ms is not None else None
-        ),
-        "sensor_window": str(sensors_cfg.window),
-        "sensor_watermark": str(sensors_cfg.watermark),
-        "late_horizon": str(settings.late_horizon),
-        "tolerances": _as_dict(settings.tolerances),
-        "code_version": code_version(),
-        "config_env": config.env,
-        "run_at": datetime.now(UTC).isoformat(),
-    }
-
-    notes = []
-    if day_deliveries == 0:
-        notes.append(f"empty day: no valid sensor event for {day_text} in the archive")
-    if streaming is None or window_counts["streaming_windows"] == 0:
-        notes.append(
-            f"no streaming output for {day_text} (at {streaming_path}); windows the stream has not closed "
-            "are pending, not diffs"
-        )
-    if not tumbling_batches:
-        notes.append("the batch log is empty: every delivery is pending for the stream")
-    if status_counts.get(ledger.UNKNOWN):
-        notes.append(f"{status_counts[ledger.UNKNOWN]} delivery(ies) fall in a batch log gap")
-    unexplained = [d for d in diffs if d.verdict == diff.UNEXPLAINED] + [
-        d for d in match_diffs if d.verdict == diff.UNEXPLAINED
-    ]
-    status = "failed" if unexplained else ("empty_day" if day_deliveries == 0 else "passed")
-
-    progress(f"status {status}: writing the ledger, the compliance table and the report")
-    outputs = {"ledger": ledger_dir(config), "report_dir": report_dir(config, day_text)}
-    write_day_partition(spark, ledger_frame, ledger_dir(config), day_text)
-    compliance_rows = 0
-    if not unexplained:
-        # Published only when every diff is explained: otherwise the archive itself is suspect.
-        metadata = sensor_metadata_frame(spark, config.project_path(sensors_cfg.metadata_path))
-        compliance = enrich_with_metadata(exact, metadata).withColumn("event_date", F.lit(day_text))
-        compliance_rows = write_day_partition(spark, compliance, compliance_dir(config), day_text)
-        outputs["compliance"] = compliance_dir(config)
-    else:
-        notes.append("compliance table NOT updated for this day: unexplained diffs")
-
-    result = ReconciliationResult(
+    unexplained = any(d.verdict == diff.UNEXPLAINED for d in [*diffs, *match_diffs])
+    return ReconciliationResult(
         day=day_text,
-        status=status,
-        notes=notes,
-        inputs=inputs,
+        status="failed" if unexplained else ("empty_day" if day_deliveries == 0 else "passed"),
+        notes=input_notes(
+            day_text,
+            day_deliveries,
+            window_counts["streaming_windows"],
+            registry.SENSOR_WINDOWS.location(config),
+            batches_logged=len(inputs.tumbling_batches),
+            unknown_deliveries=status_counts.get(ledger.UNKNOWN, 0),
+        ),
+        inputs={
+            "event_day": day_text,
+            "archive_path": registry.ARCHIVE.location(config),
+            "arrival_dates_read": events.arrival_dates(inputs.day, settings.late_horizon),
+            "archive_rows_read": archive_rows,
+            "sensor_deliveries_for_day": day_deliveries,
+            "sensor_events_for_day": int(day_counts["events"]),
+            "streaming_output_path": registry.SENSOR_WINDOWS.location(config),
+            "streaming_rows_for_day": window_counts["streaming_windows"],
+            **audit_trail(config, inputs.tumbling_batches),
+        },
         window_counts=window_counts,
         diffs=diffs,
         ledger=ledger_listed,
@@ -371,23 +469,96 @@ def run_reconciliation(
         recommended_watermark_s=recommended,
         what_if=what_if,
         quarantine=quarantine,
-        compliance_rows=compliance_rows,
-        outputs=outputs,
+        compliance_rows=0,
         match_diffs=match_diffs,
     )
+
+
+def audit_trail(config: PipelineConfig, tumbling_batches: Sequence[BatchRecord]) -> dict[str, Any]:
+    """The rest of the report's inputs: what the verdicts were reached with."""
+    settings, sensors_cfg = config.reconciliation, config.sensors
+    final_ms = ledger.final_eviction_watermark_ms(tumbling_batches)
+    return {
+        "batch_log_path": str(batch_log.query_log_dir(config, SENSOR_APP, TUMBLING_QUERY)),
+        "batches_logged": len(tumbling_batches),
+        "final_streaming_watermark": (
+            datetime.fromtimestamp(final_ms / 1000, UTC).isoformat() if final_ms is not None else None
+        ),
+        "sensor_window": str(sensors_cfg.window),
+        "sensor_watermark": str(sensors_cfg.watermark),
+        "late_horizon": str(settings.late_horizon),
+        "tolerances": settings.tolerances.model_dump(),
+        "code_version": code_version(),
+        "config_env": config.env,
+        "run_at": datetime.now(UTC).isoformat(),
+    }
+
+
+def count_windows(counts: Row | dict[str, Any], diffs: Sequence[WindowDiff]) -> dict[str, int]:
+    exact, streaming = int(counts["exact_windows"]), int(counts["streaming_windows"])
+    return {
+        "exact_windows": exact,
+        "streaming_windows": streaming,
+        "matching_windows": exact - sum(d.kind != diff.EXTRA for d in diffs),
+        **{
+            f"{verdict}_diffs": sum(d.verdict == verdict for d in diffs)
+            for verdict in (diff.EXPLAINED, diff.UNEXPLAINED, diff.PENDING)
+        },
+    }
+
+
+def input_notes(
+    day: str,
+    day_deliveries: int,
+    streaming_windows: int,
+    streaming_path: str,
+    *,
+    batches_logged: int,
+    unknown_deliveries: int,
+) -> list[str]:
+    """What a reader of the report should know about the inputs before looking at the diffs."""
+    notes = []
+    if day_deliveries == 0:
+        notes.append(f"empty day: no valid sensor event for {day} in the archive")
+    if streaming_windows == 0:
+        notes.append(
+            f"no streaming output for {day} (at {streaming_path}); windows the stream has not closed "
+            "are pending, not diffs"
+        )
+    if not batches_logged:
+        notes.append("the batch log is empty: every delivery is pending for the stream")
+    if unknown_deliveries:
+        notes.append(f"{unknown_deliveries} delivery(ies) fall in a batch log gap")
+    return notes
+
+
+# --------------------------------------------------------------------------- publish
+
+
+def publish(
+    config: PipelineConfig, sensors: SensorReconciliation, result: ReconciliationResult, started: float
+) -> None:
+    """Write the ledger, the compliance table and the report; records what it wrote on ``result``."""
+    ledger_dir = registry.LATE_EVENT_LEDGER.location(config)
+    folder = report.report_dir(config, result.day)
+    result.outputs.update({"ledger": ledger_dir, "report_dir": folder})
+    write_day_partition(sensors.ledger, ledger_dir, result.day)
+    if not result.unexplained:
+        # Published only when every diff is explained: otherwise the archive itself is suspect.
+        compliance_dir = registry.COMPLIANCE_WINDOWS.location(config)
+        result.compliance_rows = write_day_partition(sensors.compliance, compliance_dir, result.day)
+        result.outputs["compliance"] = compliance_dir
+    else:
+        result.notes.append("compliance table NOT updated for this day: unexplained diffs")
     result.inputs["duration_s"] = round(time.monotonic() - started, 1)
-    report.write_report(result, Path(report_dir(config, day_text)))
-    for frame in (compared, ledger_frame, assigned, sensor_deliveries, archive):
-        frame.unpersist()
-    if unexplained and fail_on_unexplained:
-        raise UnexplainedDifferences(result)
-    return result
+    report.write_report(result, Path(folder))
 
 
-def write_day_partition(spark: SparkSession, frame: DataFrame, path: str, day: str) -> int:
+def write_day_partition(frame: DataFrame, path: str, day: str) -> int:
     """Replace day D's partition only (dynamic partition overwrite); an empty result clears it."""
     rows = frame.count()
     if rows == 0:
+        spark = frame.sparkSession
         jvm_path = spark._jvm.org.apache.hadoop.fs.Path(f"{path}/event_date={day}")  # type: ignore[union-attr]
         jvm_path.getFileSystem(spark._jsc.hadoopConfiguration()).delete(jvm_path, True)  # type: ignore[union-attr]
         return 0
@@ -400,11 +571,17 @@ def write_day_partition(spark: SparkSession, frame: DataFrame, path: str, day: s
     return rows
 
 
-def _as_dict(settings: object) -> dict[str, Any]:
-    """Tolerances as a dict, whether they come from the pydantic config or the built-in defaults."""
-    if hasattr(settings, "model_dump"):
-        return settings.model_dump()
-    return dict(vars(settings))
+# --------------------------------------------------------------------------- helpers
+
+
+def window_ends_by(watermark_ms: int | None) -> Column:
+    """window_end at or before a watermark; false when there is none yet.
+
+    Compared inside Spark, never as Python datetimes, which PySpark renders in the local zone.
+    """
+    if watermark_ms is None:
+        return F.lit(False)
+    return F.col("window_end") <= F.timestamp_millis(F.lit(watermark_ms))
 
 
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
@@ -449,25 +626,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = run_reconciliation(config, args.date, progress=progress_printer())
     except UnexplainedDifferences as failure:
         print(f"{APP}: {failure}", file=sys.stderr)
-        return EXIT_UNEXPLAINED
+        return ExitCode.FAILED
     print(
         f"{APP}: {result.day} {result.status}: {result.window_counts}; ledger {result.ledger_count}; "
         f"report {result.report_html}",
         file=sys.stderr,
     )
-    return 0
-
-
-def _window_ends_by(watermark_ms: int | None) -> Column:
-    """window_end at or before a watermark; false when there is none yet.
-
-    Compared inside Spark, never as Python datetimes, which PySpark renders in the local zone.
-    """
-    from pyspark.sql import functions as F
-
-    if watermark_ms is None:
-        return F.lit(False)
-    return F.col("window_end") <= F.timestamp_millis(F.lit(watermark_ms))
+    return ExitCode.OK
 
 
 def progress_printer() -> Callable[[str], None]:
@@ -478,25 +643,3 @@ def progress_printer() -> Callable[[str], None]:
         print(f"{APP} progress [{time.monotonic() - started:.0f}s]: {step}", file=sys.stderr, flush=True)
 
     return say
-
-
-def submit_command(config: PipelineConfig, day: date, overrides: Sequence[str] = ()) -> list[str]:
-    """spark-submit for spark_apps/reconcile.py with exactly the streaming apps' Spark settings."""
-    from stream_pipelines.runtime import spark_conf
-    from stream_pipelines.submit import SPARK_APPS_DIR, spark_submit_executable
-
-    command = [
-        spark_submit_executable(),
-        "--master",
-        config.spark.master,
-        "--deploy-mode",
-        config.spark.deploy_mode,
-        "--name",
-        APP,
-    ]
-    for key, value in spark_conf(config).items():
-        command += ["--conf", f"{key}={value}"]
-    args = ["--env", config.env, "--conf-dir", str(config.conf_dir), "--date", day.isoformat()]
-    for override in overrides:
-        args += ["--set", override]
-    return [*command, str(SPARK_APPS_DIR / f"{APP}.py"), *args]

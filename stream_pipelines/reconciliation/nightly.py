@@ -81,14 +81,13 @@ def reconcile(day: str) -> str:
     job runs, not all at once when it ends; each line keeps Spark's own level, so its INFO chatter does
     not show as errors.
     """
-    from stream_pipelines.reconciliation.job import submit_command
-    from stream_pipelines.submit import submit_environment
+    from stream_pipelines.submit import reconcile_submit_command, submit_environment
 
     config = _config()
     verdicts: list[str] = []
     last_lines: deque[str] = deque(maxlen=40)
     with subprocess.Popen(
-        submit_command(config, date.fromisoformat(day)),
+        reconcile_submit_command(config, date.fromisoformat(day)),
         env=submit_environment(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -126,8 +125,7 @@ def publish_report(day: str, raw_gate: dict[str, Any], output_gates: list[dict[s
     """Attach every gate's result to D's report; returns the HTML report's path."""
     from pathlib import Path
 
-    from stream_pipelines.reconciliation.report import update_report
-    from stream_pipelines.reconciliation.settings import report_dir
+    from stream_pipelines.reconciliation.report import report_dir, update_report
 
     folder = Path(report_dir(_config(), day))
     update_report(folder, "quality_gates", [raw_gate, *output_gates])

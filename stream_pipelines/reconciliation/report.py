@@ -9,10 +9,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from stream_pipelines.config import PipelineConfig
     from stream_pipelines.reconciliation.job import ReconciliationResult
 
 DELAY_PLOT = "delay_histogram.png"
 WHAT_IF_PLOT = "what_if.png"
+
+
+def report_dir(config: PipelineConfig, day: str) -> str:
+    """Where event day D's report lives (``day`` as YYYY-MM-DD)."""
+    return f"{config.data_path('reports')}/reconciliation/{day}"
 
 
 def write_report(result: ReconciliationResult, folder: Path) -> None:

@@ -4,7 +4,7 @@ One run, under a private data root (data/bench/reconcile-data by default, cleane
 
   generate   a child process synthesizes, with Spark alone (spark.range and SQL functions, no Python per
              row), what a day of streaming leaves behind:
-               - the raw archive, in the raw_archive app's exact layout (ARCHIVE_SCHEMA, partitioned by
+               - the raw archive, in the raw_archive app's exact layout (registry.ARCHIVE, partitioned by
                  topic and arrival_date): sensor readings over event day D (plus a margin either side)
                  from the sensors in the metadata table, Kafka timestamps = event time + a delay mix
                  (mostly seconds, some within the watermark, some beyond it, a few hours), ~0.5%
@@ -528,11 +528,10 @@ def generate(
     """Write archive, batch logs and streaming output under the config's data root; returns the manifest."""
     from pyspark.sql import functions as F
 
+    from stream_pipelines import registry
     from stream_pipelines.batch_log import query_log_dir
-    from stream_pipelines.reconciliation.events import ARCHIVE_SCHEMA, arrival_cutoff
+    from stream_pipelines.reconciliation.events import arrival_cutoff
     from stream_pipelines.reconciliation.job import SENSOR_APP, SLIDING_QUERY, TUMBLING_QUERY
-    from stream_pipelines.reconciliation.settings import settings_of
-    from stream_pipelines.registry import ARCHIVE
 
     timings: dict[str, float] = {}
     started = step = time.perf_counter()
@@ -546,7 +545,7 @@ def generate(
 
     day = date.fromisoformat(plan.day)
     cutoff_ms = int(
-        arrival_cutoff(day, settings_of(config).late_horizon).replace(tzinfo=UTC).timestamp() * 1000
+        arrival_cutoff(day, config.reconciliation.late_horizon).replace(tzinfo=UTC).timestamp() * 1000
     )
     topic = config.kafka.topics.sensors.name
     archive_path = config.data_path("archive")
@@ -575,12 +574,12 @@ def generate(
     lap("count_seconds")
 
     archive = archive_frame(rows, first_offsets(per_second), topic)
-    mismatch = schema_mismatches(archive.schema, ARCHIVE_SCHEMA)
+    mismatch = schema_mismatches(archive.schema, registry.ARCHIVE.schema())
     if mismatch:
         raise BenchmarkError(
             f"the synthetic archive does not have the archive's schema: {'; '.join(mismatch)}"
         )
-    archive.write.mode("overwrite").partitionBy(*ARCHIVE.partition_by).parquet(archive_path)
+    archive.write.mode("overwrite").partitionBy(*registry.ARCHIVE.partition_by).parquet(archive_path)
     lap("archive_seconds")
     log(f"generate: archive written to {archive_path} ({timings['archive_seconds']:.0f}s)")
 
@@ -1040,8 +1039,6 @@ def build_results(
     peaks: dict[str, PhasePeak],
     jvm_stats: dict[str, Any],
 ) -> dict[str, Any]:
-    from stream_pipelines.reconciliation.settings import settings_of
-
     rows_read = int(result.inputs["archive_rows_read"])
     checks = consistency_checks(manifest, result, config.kafka.topics.sensors.name)
     reconcile_peak = peaks.get(PHASE_RECONCILE, PhasePeak())
@@ -1059,7 +1056,7 @@ def build_results(
             "shuffle_partitions": config.spark.shuffle_partitions,
             "sensor_window": str(config.sensors.window),
             "sensor_watermark": str(config.sensors.watermark),
-            "late_horizon": str(settings_of(config).late_horizon),
+            "late_horizon": str(config.reconciliation.late_horizon),
             "data_root": config.project_path(config.paths.data_root),
             "reused_data": child_wall_s is None,
             "overrides": list(args.overrides),
