@@ -25,10 +25,11 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from stream_pipelines import registry
 from stream_pipelines.checkpoint.format import batch_ids, kafka_offsets, read_offsets
 from stream_pipelines.config import PROJECT_ROOT, PipelineConfig, load_config
 from stream_pipelines.devtools.stack import migrate_airflow_db
-from stream_pipelines.registry import APP_NAMES
+from stream_pipelines.registry import APP_NAMES, APPS
 
 DEMO_ROOT = PROJECT_ROOT / "data" / "demo"
 DEMO_OVERRIDES = (
@@ -221,39 +222,26 @@ def _caught_up(config: PipelineConfig, records: list) -> bool:
                 )[1]
     finally:
         consumer.close()
-    queries = {
-        "raw_archive": ["archive"],
-        "sensor_aggregation": ["tumbling", "sliding"],
-        "ad_matching": ["matches"],
-    }
-    for app, names in queries.items():
-        for query in names:
-            commits = _committed(config, app, query)
+    for app in APPS.values():
+        topics = app.source_topic_names(config)
+        for query in app.query_names:
+            commits = _committed(config, app.name, query)
             if not commits:
                 return False
-            entry = read_offsets(Path(config.checkpoint_dir(app, query)) / "offsets" / str(commits[-1]))
+            entry = read_offsets(Path(config.checkpoint_dir(app.name, query)) / "offsets" / str(commits[-1]))
             done = {
                 (topic, str(partition)): offset
                 for topic, partitions in kafka_offsets(entry.sources).items()
                 for partition, offset in partitions.items()
             }
-            if any(done.get(key, -1) < end for key, end in ends.items() if key[0] in _topics_of(config, app)):
+            if any(done.get(key, -1) < end for key, end in ends.items() if key[0] in topics):
                 return False
     return True
 
 
-def _topics_of(config: PipelineConfig, app: str) -> set[str]:
-    topics = config.kafka.topics
-    return {
-        "raw_archive": {t.name for t in topics.inputs()},
-        "sensor_aggregation": {topics.sensors.name},
-        "ad_matching": {topics.impressions.name, topics.clicks.name},
-    }[app]
-
-
 def _scrape(config: PipelineConfig, app: str) -> dict[str, float]:
     """The app's own Prometheus endpoint, summed over label sets per metric name."""
-    url = f"http://{config.metrics.host}:{config.metrics.ports[app]}/metrics"
+    url = f"http://{config.metrics.host}:{APPS[app].metrics_port(config)}/metrics"
     totals: dict[str, float] = {}
     try:
         text = urllib.request.urlopen(url, timeout=5).read().decode()
@@ -293,24 +281,23 @@ def _report(
             return 0
 
     say("what happened")
-    archive = spark.read.parquet(config.data_path("archive"))
+    archive = spark.read.parquet(registry.ARCHIVE.location(config))
     distinct = archive.select("topic", "partition", "offset").distinct().count()
     print(
         f"    raw_archive         in {len(records):>7}   archived {archive.count():>7} "
         f"({distinct} distinct coordinates: {'exactly once' if distinct == len(records) else 'MISMATCH'})"
     )
-    quarantine = config.data_path("quarantine")
     print(
         f"    sensor_aggregation  in {by_topic.get(topics.sensors.name, 0):>7}   "
-        f"tumbling windows {rows(config.output_dir('sensor_windows')):>5}   "
-        f"quarantined {rows(f'{quarantine}/sensor_aggregation'):>4}"
+        f"tumbling windows {rows(registry.SENSOR_WINDOWS.location(config)):>5}   "
+        f"quarantined {rows(registry.SENSOR_QUARANTINE.location(config)):>4}"
     )
     ad_events = by_topic.get(topics.impressions.name, 0) + by_topic.get(topics.clicks.name, 0)
     print(
         f"    ad_matching         in {ad_events:>7}   "
-        f"matches {rows(config.output_dir('ad_matches')):>5}   "
-        f"CTR rows {rows(config.output_dir('ad_ctr')):>4}   "
-        f"quarantined {rows(f'{quarantine}/ad_matching'):>4}"
+        f"matches {rows(registry.AD_MATCHES.location(config)):>5}   "
+        f"CTR rows {rows(registry.AD_CTR.location(config)):>4}   "
+        f"quarantined {rows(registry.AD_QUARANTINE.location(config)):>4}"
     )
     late_within = sum(r.kind == "late_within" for r in records)
     late_beyond = sum(r.kind == "late_beyond" for r in records)
@@ -341,12 +328,9 @@ def _report(
             print(f"    {query}: resumed after {point}")
     reconciled = _reconcile(config, spark, records)
     say("where the outputs are")
+    sinks = [query.sink for app in APPS.values() for query in app.queries if query.sink is not None]
     for label, path in (
-        ("raw archive", config.data_path("archive")),
-        ("sensor windows", config.output_dir("sensor_windows")),
-        ("ad matches", config.output_dir("ad_matches")),
-        ("ad CTR", config.output_dir("ad_ctr")),
-        ("quarantine", quarantine),
+        *((dataset.name, dataset.location(config)) for dataset in sinks),
         ("checkpoints", config.data_path("checkpoints")),
         ("supervisor logs", str(DEMO_ROOT)),
     ):
