@@ -334,13 +334,13 @@ def _report(
         ("checkpoints", config.data_path("checkpoints")),
         ("supervisor logs", str(DEMO_ROOT)),
     ):
-        print(f"    {label:<16} {path}")
+        print(f"    {label:<30} {path}")
     print(
-        f"    {'live averages':<16} Kafka topic {topics.sliding_averages.name} "
+        f"    {'live averages':<30} Kafka topic {topics.sliding_averages.name} "
         f"on {config.kafka.bootstrap_servers}"
     )
     if reconciled is not None:
-        print(f"    {'reconciliation':<16} {reconciled.report_html}")
+        print(f"    {'reconciliation':<30} {reconciled.report_html}")
     spark.stop()
     if reconciled is not None and reconciled.unexplained:
         raise SystemExit("demo: the reconciliation found unexplained differences (see the report above)")
