@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from datetime import UTC, date, datetime
 from pathlib import Path
 
-from stream_pipelines.config import ConfigError, PipelineConfig, add_config_arguments, config_from_args
+from stream_pipelines.config import PipelineConfig, add_config_arguments, config_or_report
 from stream_pipelines.exit_codes import ExitCode
 from stream_pipelines.registry import APP_NAMES
 
@@ -40,10 +40,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help()
         return ExitCode.BAD_CONFIG
-    try:
-        config = config_from_args(args)
-    except ConfigError as error:
-        print(f"pipelinectl: {error}", file=sys.stderr)
+    config = config_or_report(args, "pipelinectl")
+    if config is None:
         return ExitCode.BAD_CONFIG
     try:
         return int(args.handler(config, args) or 0)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -517,3 +518,12 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> PipelineConfig:
     return load_config(args.env, args.overrides, conf_dir=args.conf_dir)
+
+
+def config_or_report(args: argparse.Namespace, prog: str) -> PipelineConfig | None:
+    """The config for a command line, or None after printing what is wrong with it (the caller exits 2)."""
+    try:
+        return config_from_args(args)
+    except ConfigError as error:
+        print(f"{prog}: {error}", file=sys.stderr)
+        return None

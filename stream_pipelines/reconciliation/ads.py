@@ -67,18 +67,10 @@ def excluded_events(spark: SparkSession, deliveries: DataFrame, batches: Sequenc
     return assigned.where(F.col("batch_id").isNotNull() & late).select("event_id").distinct()
 
 
-def diff_matches(
-    exact: DataFrame,
-    streaming: DataFrame,
-    excluded: DataFrame,
-    archived: DataFrame,
-    interval: Duration,
-    final_watermark_ms: int | None,
-) -> list[MatchDiff]:
-    """Pairs in one side only, each explained, pending or unexplained (one Spark job)."""
-    return classify_matches(
-        differing_matches(exact, streaming, excluded, archived, interval, final_watermark_ms).collect()
-    )
+def diff_matches(*frames_and_settings: Any) -> list[MatchDiff]:
+    """Pairs in one side only, each explained, pending or unexplained (one Spark job); the arguments
+    are ``differing_matches``'."""
+    return classify_matches(differing_matches(*frames_and_settings).collect())
 
 
 def differing_matches(

@@ -28,13 +28,7 @@ from pyspark.sql import functions as F
 
 from stream_pipelines import batch_log, registry
 from stream_pipelines.apps.sensor_aggregation import enrich_with_metadata, tumbling_window_stats
-from stream_pipelines.config import (
-    PROJECT_ROOT,
-    ConfigError,
-    PipelineConfig,
-    add_config_arguments,
-    config_from_args,
-)
+from stream_pipelines.config import PROJECT_ROOT, PipelineConfig, add_config_arguments, config_or_report
 from stream_pipelines.exit_codes import ExitCode
 from stream_pipelines.parsing import CLICK, IMPRESSION, SENSOR_READING
 from stream_pipelines.reconciliation import ads, advisor, diff, events, ledger, report
@@ -617,10 +611,8 @@ def argument_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = argument_parser().parse_args(argv)
-    try:
-        config = config_from_args(args)
-    except ConfigError as error:
-        print(f"{APP}: {error}", file=sys.stderr)
+    config = config_or_report(args, APP)
+    if config is None:
         return ExitCode.BAD_CONFIG
     try:
         result = run_reconciliation(config, args.date, progress=progress_printer())
