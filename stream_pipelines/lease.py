@@ -78,9 +78,15 @@ class LeaseLostError(RuntimeError):
 class Lease:
     """The lease file of one app, beside its checkpoints."""
 
+    @staticmethod
+    def unsupported_location(config: PipelineConfig) -> str | None:
+        """The checkpoint location when it is on a store this class cannot lock (hdfs://, s3a://)."""
+        location = config.data_path("checkpoints")
+        return location if "://" in location and not location.startswith("file://") else None
+
     def __init__(self, config: PipelineConfig, app: str) -> None:
         self.app = app
-        self.path = Path(config.data_path("checkpoints")) / app / LEASE_FILE
+        self.path = Path(config.data_path("checkpoints").removeprefix("file://")) / app / LEASE_FILE
         self.timeout_s = config.supervision.lease_timeout.seconds
         self.owner = uuid.uuid4().hex
         self.host = socket.gethostname()

@@ -133,9 +133,9 @@ class StreamingAppOperator(SparkSubmitOperator):
         wanted, why = should_run(config, self.app)
         if not wanted:
             raise AirflowFailException(f"not starting: {why}")
-        lease = Lease(config, self.app)
-        owner = lease.read()
-        if owner is not None and lease.is_live(owner):
+        lease = None if Lease.unsupported_location(config) else Lease(config, self.app)
+        owner = lease.read() if lease is not None else None
+        if lease is not None and owner is not None and lease.is_live(owner):
             # A driver this task did not start (an earlier try's, whose runner died) still owns the
             # app: follow it instead of starting a second one on the same checkpoint.
             self._adopt(config, lease, owner)

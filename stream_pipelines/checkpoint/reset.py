@@ -392,9 +392,9 @@ def _refuse_if_running(
     from stream_pipelines.control import ControlStore
     from stream_pipelines.lease import Lease
 
-    lease = Lease(config, app)
-    owner = lease.read()
-    if owner is not None and lease.is_live(owner):
+    lease = None if Lease.unsupported_location(config) else Lease(config, app)
+    owner = lease.read() if lease is not None else None
+    if lease is not None and owner is not None and lease.is_live(owner):
         raise CheckpointError(
             f"{app} is running ({owner.describe()}). Stop it first (`pipelinectl stop {app}`), then retry "
             "the reset"

@@ -123,3 +123,12 @@ def test_a_lease_timeout_shorter_than_three_heartbeats_is_a_config_error():
 
     with pytest.raises(ConfigError, match=r"lease_timeout .* must be at least 3 heartbeat_intervals"):
         load_config("local", ["supervision.lease_timeout=10 seconds"], environ={})
+
+
+def test_a_checkpoint_store_without_a_lease_implementation_is_named_not_written_locally(tmp_path):
+    remote = load_config("local", ["paths.checkpoints=hdfs://namenode:8020/ck"], environ={})
+    assert Lease.unsupported_location(remote) == "hdfs://namenode:8020/ck"
+    local = load_config("local", [f"paths.checkpoints=file://{tmp_path}/ck"], environ={})
+    assert Lease.unsupported_location(local) is None
+    Lease(local, APP).acquire(log=print)
+    assert (tmp_path / "ck" / APP / "lease.json").is_file()
