@@ -50,6 +50,11 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+def process_exists(pid: object) -> bool:
+    """Whether a process of that pid exists on this host (records name the pid of who wrote them)."""
+    return isinstance(pid, int) and Path(f"/proc/{pid}").exists()
+
+
 class ControlStore:
     """Every control record of every app, in the ``paths.control`` folder."""
 
@@ -100,7 +105,7 @@ class ControlStore:
         """The launch in progress, while its launcher lives (a dead one started nothing)."""
         record = self._read(app, "starting.json") or {}
         pid = record.get("pid")
-        return record if isinstance(pid, int) and Path(f"/proc/{pid}").exists() else None
+        return record if process_exists(pid) else None
 
     def clear_starting(self, app: str) -> None:
         self._path(app, "starting.json").unlink(missing_ok=True)
@@ -115,7 +120,7 @@ class ControlStore:
     def running_pids(self, app: str) -> list[int]:
         """The driver's pid when it is alive (a kill -9 leaves the record, but not the process)."""
         pid = (self._read(app, "running.json") or {}).get("pid")
-        return [pid] if isinstance(pid, int) and Path(f"/proc/{pid}").exists() else []
+        return [pid] if process_exists(pid) else []
 
     def record_exit(self, app: str, status: ExitStatus, detail: str) -> None:
         write_json(

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from stream_pipelines.config import PipelineConfig
+from stream_pipelines.control import process_exists
 from stream_pipelines.storage import write_atomically
 
 LEASE_FILE = "lease.json"
@@ -104,7 +105,7 @@ class Lease:
         if record.heartbeat_age(now) >= self.timeout_s:
             return False
         # On this host a dead pid ends the lease at once: a kill -9 must not delay the restart.
-        return not (record.host == self.host and not Path(f"/proc/{record.pid}").exists())
+        return not (record.host == self.host and not process_exists(record.pid))
 
     def acquire(self, log: Callable[[str], None]) -> LeaseRecord:
         """Own the app, or raise LeaseHeldError naming the live owner."""
@@ -151,6 +152,15 @@ class Lease:
         current = self.read()
         if current is not None and current.owner == self.owner:
             self.path.unlink(missing_ok=True)
+
+
+def live_owner(config: PipelineConfig, app: str) -> LeaseRecord | None:
+    """The driver that owns the app right now, if any (None also where no lease can be kept)."""
+    if Lease.unsupported_location(config):
+        return None
+    lease = Lease(config, app)
+    owner = lease.read()
+    return owner if owner is not None and lease.is_live(owner) else None
 
 
 class LeaseKeeper:

@@ -124,7 +124,7 @@ class StreamingAppOperator(SparkSubmitOperator):
 
         from stream_pipelines.checkpoint.inspect import CheckpointError, preflight
         from stream_pipelines.control import ControlStore, should_run
-        from stream_pipelines.lease import Lease
+        from stream_pipelines.lease import Lease, live_owner
         from stream_pipelines.runtime import spark_conf
         from stream_pipelines.submit import application_args, submit_environment
         from stream_pipelines.topics import MissingTopicsError, require_topics
@@ -133,12 +133,11 @@ class StreamingAppOperator(SparkSubmitOperator):
         wanted, why = should_run(config, self.app)
         if not wanted:
             raise AirflowFailException(f"not starting: {why}")
-        lease = None if Lease.unsupported_location(config) else Lease(config, self.app)
-        owner = lease.read() if lease is not None else None
-        if lease is not None and owner is not None and lease.is_live(owner):
+        owner = live_owner(config, self.app)
+        if owner is not None:
             # A driver this task did not start (an earlier try's, whose runner died) still owns the
             # app: follow it instead of starting a second one on the same checkpoint.
-            self._adopt(config, lease, owner)
+            self._adopt(config, Lease(config, self.app), owner)
             return
         try:
             require_topics(config, self.app)

@@ -280,9 +280,6 @@ class App:
     def metrics_port(self, config: PipelineConfig) -> int:
         return config.metrics.ports.get(self.name, self.default_metrics_port)
 
-    def checkpoint_dir(self, config: PipelineConfig, query: str) -> str:
-        return config.checkpoint_dir(self.name, query)
-
     def source_topic_names(self, config: PipelineConfig) -> set[str]:
         return {name for query in self.queries for source in query.source_topics(config) for name in source}
 

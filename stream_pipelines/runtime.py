@@ -1,4 +1,4 @@
-"""The thin edge around the pure transforms: Spark session, sources, sinks, triggers, graceful stop.
+"""The thin edge around the pure transforms: Spark session and its settings, sources, sinks, triggers.
 
 Nothing here computes business results; apps compose ``read_raw`` -> pure transforms -> ``StreamSink``
 (``file_sink``/``kafka_sink`` take the location from the query's registry declaration), and

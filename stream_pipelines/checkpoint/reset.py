@@ -390,11 +390,10 @@ def _refuse_if_running(
     """A reset under a running query would be overwritten by it: refuse while the app owns its lease, or
     (for a driver from before leases) while its checkpoint is being written."""
     from stream_pipelines.control import ControlStore
-    from stream_pipelines.lease import Lease
+    from stream_pipelines.lease import live_owner
 
-    lease = None if Lease.unsupported_location(config) else Lease(config, app)
-    owner = lease.read() if lease is not None else None
-    if lease is not None and owner is not None and lease.is_live(owner):
+    owner = live_owner(config, app)
+    if owner is not None:
         raise CheckpointError(
             f"{app} is running ({owner.describe()}). Stop it first (`pipelinectl stop {app}`), then retry "
             "the reset"
