@@ -116,7 +116,9 @@ def preflight(config: PipelineConfig, app: App) -> ExitCode:
     from stream_pipelines.topics import MissingTopicsError, require_topics
 
     try:
-        require_topics(config, app.name)
+        unchecked = require_topics(config, app.name)
+        if unchecked:
+            _log(app.name, unchecked)
     except MissingTopicsError as error:
         _log(app.name, str(error))
         return ExitCode.BAD_CONFIG

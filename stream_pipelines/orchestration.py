@@ -140,7 +140,9 @@ class StreamingAppOperator(SparkSubmitOperator):
             self._adopt(config, Lease(config, self.app), owner)
             return
         try:
-            require_topics(config, self.app)
+            unchecked = require_topics(config, self.app)
+            if unchecked:
+                self.log.warning("%s: %s", self.app, unchecked)
         except MissingTopicsError as error:
             raise AirflowFailException(str(error)) from None
         try:

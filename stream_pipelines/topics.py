@@ -52,8 +52,12 @@ class MissingTopicsError(RuntimeError):
     """A topic an app reads or writes does not exist: found at start-up, not by a producer time-out."""
 
 
-def require_topics(config: PipelineConfig, app: str, timeout_s: float = 15.0) -> None:
-    """Refuse to start an app whose source or sink topics are missing, naming them and the fix."""
+def require_topics(config: PipelineConfig, app: str, timeout_s: float = 15.0) -> str | None:
+    """Refuse to start an app whose source or sink topics are missing, naming them and the fix.
+
+    A broker that does not answer is not a configuration error: refusing would stop supervision for
+    good during a broker restart. The check is then skipped with a warning (returned) and Spark's
+    own clients retry the connection."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
@@ -64,17 +68,18 @@ def require_topics(config: PipelineConfig, app: str, timeout_s: float = 15.0) ->
     if config.source.kind == "kafka":
         needed |= declared.source_topic_names(config)
     if not needed:
-        return
+        return None
     try:
         existing = set(AdminClient(config.kafka_client_config()).list_topics(timeout=timeout_s).topics)
     except KafkaException as error:
-        raise MissingTopicsError(
-            f"{app}: cannot list the topics on {config.kafka.bootstrap_servers} to check that "
-            f"{', '.join(sorted(needed))} exist: {error}"
-        ) from None
+        return (
+            f"could not check that topic(s) {', '.join(sorted(needed))} exist: "
+            f"{config.kafka.bootstrap_servers} did not answer ({error}); starting anyway"
+        )
     missing = sorted(needed - existing)
     if missing:
         raise MissingTopicsError(
             f"{app}: topic(s) {', '.join(missing)} do not exist on {config.kafka.bootstrap_servers}; "
             f"create them with `pipelinectl topics` (same --env and --set as the app), then start {app} again"
         )
+    return None
