@@ -303,6 +303,11 @@ class SupervisionSettings(_Section):
     # taken over (on the same host a dead driver's lease is stale at once).
     heartbeat_interval: PositiveDuration = Duration(5)
     lease_timeout: PositiveDuration = Duration(45)
+    # The liveness watchdog: an app whose queries make no progress for this many trigger intervals
+    # (and never less than the minimum window, which covers a slow first batch after a restart) while
+    # offsets wait in their source is stuck, and is stopped, killed if need be, and restarted.
+    watchdog_triggers: int = Field(6, ge=1)
+    watchdog_min_window: PositiveDuration = Duration(120)
 
     @model_validator(mode="after")
     def _lease_outlives_heartbeats(self) -> SupervisionSettings:

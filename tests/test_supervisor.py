@@ -141,3 +141,67 @@ def test_graceful_stop_is_not_restarted_as_a_crash(airflow_env, archive_setup, t
     assert ControlStore(config).restarts("raw_archive").total == 0
     exit_state = json.loads((Path(config.data_path("control")) / "raw_archive.exit.json").read_text())
     assert exit_state["status"] == "stopped"
+
+
+def test_a_frozen_driver_jvm_is_found_stuck_killed_and_restarted_with_exact_output(
+    spark, airflow_env, archive_setup, tmp_path
+):
+    """SIGSTOP of the driver's JVM: the Python driver keeps its heartbeat, the batches stand still
+    while offsets wait. The watchdog calls it stuck within its window, asks for a stop, kills the
+    process group after the drain timeout, and the app restarts from its checkpoint, exactly."""
+    from stream_pipelines.devtools.processes import parent_pid
+
+    overrides, config, records = archive_setup
+    watched = [
+        *overrides,
+        "supervision.heartbeat_interval=1 seconds",
+        "supervision.lease_timeout=30 seconds",
+        "supervision.watchdog_triggers=30",
+        "supervision.watchdog_min_window=30 seconds",
+        "supervision.drain_timeout=3 seconds",
+    ]
+    checkpoint = Path(config.checkpoint_dir("raw_archive", "archive"))
+    running = Path(config.data_path("control")) / "raw_archive.running.json"
+    log = tmp_path / "dag_test.log"
+    supervisor = start_dag_test(airflow_env, "supervise_raw_archive", watched, log)
+    jvm = None
+    try:
+        wait_for(lambda: len(committed(checkpoint)) >= 2, 240, "the first committed batches")
+        driver = json.loads(running.read_text())["pid"]
+        jvm = parent_pid(driver)
+        assert jvm is not None
+        frozen_at_batch = committed(checkpoint)[-1]
+        os.kill(jvm, signal.SIGSTOP)
+        wait_for(lambda: "watchdog: raw_archive is stuck" in log.read_text(), 120, "the watchdog's verdict")
+        verdict = next(
+            line for line in log.read_text().splitlines() if "watchdog: raw_archive is stuck" in line
+        )
+        wait_for(
+            lambda: "killed its process group" in log.read_text(), 60, "the kill after the drain timeout"
+        )
+        assert not Path(f"/proc/{jvm}").exists() or "zombie" in Path(f"/proc/{jvm}/status").read_text()
+
+        def restarted() -> bool:
+            record = json.loads(running.read_text()) if running.exists() else {}
+            return record.get("pid") not in (None, driver)
+
+        wait_for(restarted, 180, "Airflow to start the app again")
+        wait_for(lambda: committed(checkpoint)[-1] > frozen_at_batch + 1, 180, "batches after the restart")
+        wait_for(lambda: archive_count(spark, config) == len(records), 240, "the archive to catch up")
+        apply_action(config, "raw_archive", "stop", by="test", reason="end of test")
+        output = finish(supervisor, log)
+    finally:
+        if jvm is not None and Path(f"/proc/{jvm}").exists():
+            os.kill(jvm, signal.SIGCONT)
+        if supervisor.poll() is None:
+            os.killpg(supervisor.pid, signal.SIGKILL)
+    # Detected by the no-progress rule (the heartbeat stayed fresh), within the configured window.
+    assert "raw_archive.archive: no progress for" in verdict and "offsets wait" in verdict, verdict
+    stalled_s = int(verdict.split("triggers (")[1].split("s,")[0])
+    assert 30 <= stalled_s <= 30 + 10, verdict
+    assert "DAG RUN STATE success" in output, output[-3000:]
+    assert "(watchdog: raw_archive was stuck" in output, "the restart names the watchdog's reason"
+    assert ControlStore(config).watchdog_restarts("raw_archive") == 1
+    archive = spark.read.parquet(config.data_path("archive"))
+    assert archive.count() == len(records)
+    assert archive.select("topic", "partition", "offset").distinct().count() == len(records)
