@@ -223,6 +223,9 @@ class PathSettings(_Section):
     reports: str = "reports"
     compliance: str = "compliance"
     gx: str = "gx"
+    # Spark's scratch space of each streaming app's driver, one folder per app; it must be local to the
+    # driver's host, so with a remote data_root make this an absolute local path.
+    scratch: str = "scratch"
 
 
 class AppSettings(_Section):
@@ -378,6 +381,14 @@ class PipelineConfig(_Section):
 
     def checkpoint_dir(self, app: str, query: str) -> str:
         return f"{self.data_path('checkpoints')}/{app}/{query}"
+
+    def scratch_dir(self, app: str) -> str | None:
+        """The app's local scratch folder, or None when ``paths.scratch`` is on a remote store (Spark
+        can only write its scratch to a local disk, so it keeps its own default there)."""
+        location = f"{self.data_path('scratch')}/{app}"
+        if location.startswith("file://"):
+            return location.removeprefix("file://")
+        return None if "://" in location else location
 
     def output_dir(self, name: str) -> str:
         return f"{self.data_path('outputs')}/{name}"

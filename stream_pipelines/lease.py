@@ -22,6 +22,7 @@ with atomic create and rename.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -38,6 +39,7 @@ from stream_pipelines.control import process_exists
 from stream_pipelines.storage import write_atomically
 
 LEASE_FILE = "lease.json"
+STALE_LEASES_KEPT = 3
 
 
 @dataclass
@@ -126,7 +128,15 @@ class Lease:
             except FileNotFoundError:
                 continue  # another driver took it over first; look again
             log(f"took over a stale lease: {current.describe()} (kept as {aside.name})")
+            self._forget_old_stale_leases()
         raise LeaseHeldError(self.app, self.read() or mine)
+
+    def _forget_old_stale_leases(self) -> None:
+        """Keep the last few taken-over leases to look at; a crash loop must not pile up one per kill."""
+        with contextlib.suppress(FileNotFoundError):  # another driver tidying up at the same time
+            aside = sorted(self.path.parent.glob(f"{LEASE_FILE}.stale-*"), key=lambda p: p.stat().st_mtime_ns)
+            for old in aside[:-STALE_LEASES_KEPT]:
+                old.unlink(missing_ok=True)
 
     def _create(self, record: LeaseRecord) -> bool:
         self.path.parent.mkdir(parents=True, exist_ok=True)

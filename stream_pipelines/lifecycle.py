@@ -61,6 +61,7 @@ def run_app(app_name: str, argv: Sequence[str] | None = None) -> int:
         if remote is not None:
             # Until the lease has an implementation on that store, say plainly that nothing guards it.
             _log(app.name, f"checkpoints on {remote}: no lease there yet, so nothing stops a second driver")
+            _log(app.name, "scratch of earlier runs kept: without a lease, a live driver may be using it")
             return _run_owned(config, app, trigger, None)
         lease = Lease(config, app.name)
         try:
@@ -72,6 +73,7 @@ def run_app(app_name: str, argv: Sequence[str] | None = None) -> int:
         # timeout must not look like a dead or frozen owner.
         keeper = LeaseKeeper(lease, owned, config.supervision.heartbeat_interval.seconds).start()
         try:
+            clear_earlier_scratch(config, app)
             return _run_owned(config, app, trigger, keeper)
         finally:
             keeper.stop()
@@ -81,13 +83,23 @@ def run_app(app_name: str, argv: Sequence[str] | None = None) -> int:
         ControlStore(config).clear_starting(app.name)
 
 
+def clear_earlier_scratch(config: PipelineConfig, app: App) -> None:
+    """Remove what drivers killed before they could clean up left in the app's scratch folder, before this
+    run's session starts. Only the lease holder may: its lease is what says no other driver is alive."""
+    from stream_pipelines.runtime import clear_scratch, driver_started_at
+
+    folder = config.scratch_dir(app.name)
+    if folder is not None:
+        _log(app.name, f"scratch {folder}: {clear_scratch(Path(folder), driver_started_at()).describe()}")
+
+
 def _run_owned(
     config: PipelineConfig, app: App, trigger: TriggerMode, keeper: LeaseKeeper | None
 ) -> ExitCode:
     from stream_pipelines.metrics import MetricsPortInUseError
     from stream_pipelines.runtime import get_spark
 
-    spark = get_spark(config, app.name)
+    spark = get_spark(config, app.name, own_scratch=True)
     if keeper is not None:
         keeper.record.spark_app_id = spark.sparkContext.applicationId
     try:

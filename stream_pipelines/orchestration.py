@@ -162,7 +162,7 @@ class StreamingAppOperator(SparkSubmitOperator):
             self.log.info("removed a stop marker left by an earlier stop")
         store.mark_starting(self.app)
 
-        self.conf = spark_conf(config)
+        self.conf = spark_conf(config, self.app)
         self.application_args = application_args(config, "processing")
         self._conn_id = config.supervision.spark_conn_id
         environment = submit_environment()

@@ -166,3 +166,16 @@ def test_a_frozen_jvm_keeps_the_heartbeat_and_leaves_the_last_progress(config):
         assert len(asks) <= stuck_at + 1, "one unanswered ask at a time"
     finally:
         keeper.stop()
+
+
+def test_a_crash_loop_keeps_only_the_last_few_stale_leases(config):
+    """Each takeover keeps the dead owner's lease aside for forensics, but a crash loop must not pile
+    one file per kill into the checkpoint folder."""
+    for _kill in range(6):
+        lease = Lease(config, APP)
+        record = lease.acquire(log=print)
+        record.pid = 2**22 + 4321  # killed: no such process
+        lease.path.write_text(json.dumps(record.__dict__))
+    Lease(config, APP).acquire(log=print)
+    kept = sorted(p.name for p in Lease(config, APP).path.parent.glob("lease.json.stale-*"))
+    assert len(kept) == 3, kept
