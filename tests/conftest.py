@@ -46,6 +46,14 @@ def overrides_for(data_root: Path, ports: tuple[int, int], *extra: str) -> list[
     ]
 
 
+def private_source_topics() -> list[str]:
+    """--set values naming the three source topics after this test alone (the broker is shared)."""
+    import uuid
+
+    suffix = uuid.uuid4().hex[:6]
+    return [f"kafka.topics.{name}.name={name}-{suffix}" for name in ("sensors", "impressions", "clicks")]
+
+
 def config_for(data_root: Path, ports: tuple[int, int], *extra: str) -> PipelineConfig:
     return load_config("local", overrides_for(data_root, ports, *extra))
 

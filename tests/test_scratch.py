@@ -12,14 +12,13 @@ import contextlib
 import os
 import signal
 import subprocess
-import uuid
 from pathlib import Path
 
 import pytest
 
 from stream_pipelines.control import ControlStore
 from stream_pipelines.topics import ensure_topics
-from tests.conftest import make_overrides_config, produce, run_app, wait_for
+from tests.conftest import make_overrides_config, private_source_topics, produce, run_app, wait_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
@@ -54,11 +53,7 @@ def test_restarts_clear_what_killed_runs_left_and_nothing_lands_in_the_system_te
     monkeypatch.setenv("TMPDIR", str(system_tmp))
     monkeypatch.setenv("JAVA_TOOL_OPTIONS", f"-Djava.io.tmpdir={system_tmp}")
 
-    suffix = uuid.uuid4().hex[:6]
-    overrides = make_overrides(
-        "archive.trigger=1 seconds",
-        *(f"kafka.topics.{name}.name={name}-{suffix}" for name in ("sensors", "impressions", "clicks")),
-    )
+    overrides = make_overrides("archive.trigger=1 seconds", *private_source_topics())
     config = make_overrides_config(overrides)
     ensure_topics(config)
     topic = config.kafka.topics.sensors.name

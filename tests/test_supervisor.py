@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import threading
-import uuid
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ import pytest
 from stream_pipelines.control import ControlStore, apply_action
 from stream_pipelines.devtools import generator
 from stream_pipelines.topics import ensure_topics
-from tests.conftest import make_overrides_config, start_dag_test, wait_for
+from tests.conftest import make_overrides_config, private_source_topics, start_dag_test, wait_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
@@ -41,11 +40,8 @@ def finish(process, log: Path, timeout: float = 300) -> str:
 
 @pytest.fixture
 def archive_setup(broker, make_overrides):
-    suffix = uuid.uuid4().hex[:6]
     overrides = make_overrides(
-        f"kafka.topics.sensors.name=sensors-{suffix}",
-        f"kafka.topics.impressions.name=impressions-{suffix}",
-        f"kafka.topics.clicks.name=clicks-{suffix}",
+        *private_source_topics(),
         "kafka.max_offsets_per_trigger=200",
         "archive.trigger=1 seconds",
         "supervision.retry_delay=1 seconds",
@@ -58,7 +54,7 @@ def archive_setup(broker, make_overrides):
         duration_s=300,
         sensor_rate=10,
         ad_rate=3,
-        topics=generator.TopicNames(f"sensors-{suffix}", f"impressions-{suffix}", f"clicks-{suffix}"),
+        topics=generator.TopicNames(*(topic.name for topic in config.kafka.topics.inputs())),
     )
     records = generator.generate(spec)
     generator.produce_to_kafka(records, config.kafka.bootstrap_servers)
