@@ -324,12 +324,12 @@ class _WatchdogThread:
     def _run(self) -> None:
         from stream_pipelines.control import process_exists
         from stream_pipelines.lease import Lease
-        from stream_pipelines.watchdog import KafkaBacklog, Watchdog, WatchdogSettings
+        from stream_pipelines.watchdog import KafkaBacklog, Watchdog, WatchdogSettings, query_backlog
 
         app, log = self.operator.app, self.operator.log
         lease = Lease(self.config, app)
         backlog = KafkaBacklog(self.config)
-        watchdog = Watchdog(WatchdogSettings.of(self.config, app), backlog)
+        watchdog = Watchdog(WatchdogSettings.of(self.config, app), query_backlog(self.config, app, backlog))
         interval = self.config.supervision.heartbeat_interval.seconds
         try:
             while not self._stopping.wait(interval):

@@ -23,9 +23,10 @@ from typing import Any
 from stream_pipelines.config import PipelineConfig
 from stream_pipelines.lease import LeaseRecord
 
-# What a query's sources still hold beyond its last batch: None when that cannot be told (no Kafka
-# offsets yet, or the broker did not answer), which never counts as waiting.
-WaitingOffsets = Callable[[Mapping[str, Mapping[str, int]]], int | None]
+# How many offsets wait beyond a query's last batch, given its name and the end offsets the lease
+# carries: None when that cannot be told (no Kafka offsets, or the broker did not answer), which never
+# counts as waiting.
+WaitingOffsets = Callable[[str, Mapping[str, Mapping[str, int]]], int | None]
 
 
 @dataclass(frozen=True)
@@ -96,11 +97,47 @@ class Watchdog:
         if clock is None or clock.batch_id != batch_id:
             self._clocks[name] = _QueryClock(batch_id, now)
             return None, 0
-        waiting = self._waiting(query.get("end_offsets") or {})
+        waiting = self._waiting(name, query.get("end_offsets") or {})
         if not waiting:
             clock.stalled_since = now  # idle, or unknown: not a stall
             return None, 0
         return now - clock.stalled_since, waiting
+
+
+def query_backlog(
+    config: PipelineConfig, app: str, backlog: Callable[[Mapping[str, Mapping[str, int]]], int | None]
+) -> WaitingOffsets:
+    """What waits for a query: beyond the end offsets in the lease, or, while the lease has none yet
+    (a driver frozen before its first progress reached the lease), beyond its checkpoint's."""
+
+    def waiting(query: str, end_offsets: Mapping[str, Mapping[str, int]]) -> int | None:
+        return backlog(end_offsets or checkpoint_end_offsets(config, app, query))
+
+    return waiting
+
+
+def checkpoint_end_offsets(config: PipelineConfig, app: str, query: str) -> dict[str, dict[str, int]]:
+    """Where the query's last committed batch ended in each Kafka partition, or, before its first
+    commit, where it starts; empty when the checkpoint is not local or cannot be read."""
+    from stream_pipelines.checkpoint import format as checkpoint_format
+
+    folder = checkpoint_format.local_path(config.checkpoint_dir(app, query.split(".", 1)[-1]))
+    if folder is None or not folder.is_dir():
+        return {}
+    try:
+        committed = checkpoint_format.batch_ids(folder / "commits")
+        if committed:
+            last = folder / "offsets" / str(committed[-1])
+            sources = checkpoint_format.read_offsets(last, lenient=True).sources
+        else:
+            sources = [
+                checkpoint_format.read_initial_offsets(source / "0", lenient=True)
+                for source in sorted((folder / "sources").glob("[0-9]*"))
+            ]
+    except (OSError, ValueError):
+        return {}
+    merged = checkpoint_format.kafka_offsets(sources)
+    return {topic: {str(p): o for p, o in partitions.items()} for topic, partitions in merged.items()}
 
 
 class KafkaBacklog:

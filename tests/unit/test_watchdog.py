@@ -34,7 +34,7 @@ class Broker:
     def __init__(self, high: int | None) -> None:
         self.high = high
 
-    def __call__(self, end_offsets) -> int | None:
+    def __call__(self, _query: str, end_offsets) -> int | None:
         if self.high is None or not end_offsets:
             return None
         return max(self.high - end_offsets["sensors"]["0"], 0)
@@ -169,3 +169,43 @@ def test_the_lease_carries_each_querys_kafka_end_offsets_for_the_watchdog():
     progress = query_progress([Query()])  # type: ignore[list-item]
     assert progress[QUERY]["batch_id"] == 4
     assert progress[QUERY]["end_offsets"] == {"sensors": {"0": 5, "1": 7}, "clicks": {"2": 9}}
+
+
+def test_a_driver_frozen_before_its_first_progress_reached_the_lease_is_found_stuck(tmp_path: Path):
+    """Frozen right after a start: the lease has no batch or end offsets for the query yet. What waits
+    is then measured from the checkpoint: its last committed batch's end offsets."""
+    import shutil
+
+    from stream_pipelines.watchdog import query_backlog
+
+    config = load_config("local", [f"paths.data_root={tmp_path}"], environ={})
+    fixture = Path(__file__).parent / "fixtures" / "checkpoints" / "kafka" / "checkpoints" / "raw_archive"
+    shutil.copytree(fixture, Path(config.checkpoint_dir("raw_archive", "archive")).parent)
+    seen: list[dict] = []
+
+    def broker(end_offsets):
+        seen.append(end_offsets)
+        return 105 - end_offsets["sensors"]["0"]  # the committed batch 2 ended at offset 5
+
+    watchdog = Watchdog(SETTINGS, query_backlog(config, "raw_archive", broker))
+    fresh = LeaseRecord("o", "h", 123, time.time(), time.time(), queries={QUERY: {"batch_id": None}})
+    assert watchdog.look(fresh, True, now=0) is None
+    assert watchdog.look(fresh, True, now=30) is None
+    verdict = watchdog.look(fresh, True, now=61)
+    assert verdict == f"{QUERY}: no progress for 6 triggers (61s, still at batch None) while 100 offsets wait"
+    assert seen[-1]["sensors"] == {"0": 5, "1": 5, "2": 0}
+
+
+def test_a_fresh_checkpoint_measures_what_waits_from_the_starting_offsets(tmp_path: Path):
+    import shutil
+
+    from stream_pipelines.watchdog import checkpoint_end_offsets
+
+    config = load_config("local", [f"paths.data_root={tmp_path}"], environ={})
+    fixture = Path(__file__).parent / "fixtures" / "checkpoints" / "kafka" / "checkpoints" / "raw_archive"
+    checkpoint = Path(config.checkpoint_dir("raw_archive", "archive"))
+    shutil.copytree(fixture, checkpoint.parent)
+    for log in ("commits", "offsets"):
+        shutil.rmtree(checkpoint / log)  # planned, nothing committed yet
+    assert checkpoint_end_offsets(config, "raw_archive", QUERY)["sensors"] == {"0": 0, "1": 0, "2": 0}
+    assert checkpoint_end_offsets(config, "raw_archive", "raw_archive.no_such_query") == {}
