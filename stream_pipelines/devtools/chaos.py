@@ -487,6 +487,11 @@ class FaultResult:
     adoptions: int = 0
     watchdog_kills: int = 0
     new_drivers: int = 0
+    # runner-kill: the supervisor task's try before the fault and once it followed the driver again, and
+    # the drivers started in between (an adoption starts none).
+    task_before: dict[str, Any] | None = None
+    task_after: dict[str, Any] | None = None
+    spark_submits_until_adopted: int | None = None
     expectations: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -571,8 +576,11 @@ class Chaos:
         else:
             stuck = [name for name, at in recovered_at.items() if at is None]
             result.notes.append(f"not recovered within {self.recover_timeout_s:.0f}s: {', '.join(stuck)}")
-        if fault == "runner-kill" and app and self.stop_orphans and result.recovered:
-            self._stop_orphan(app, result)
+        if fault == "runner-kill" and app:
+            result.task_before, result.task_after = tasks_before[app], run_app_task(self.home, app)
+            result.spark_submits_until_adopted = len(self.sampler.driver_pids(app) - pids_before[app])
+            if self.stop_orphans and result.recovered:
+                self._stop_orphan(app, result)
         self.results.append(result)
         self._account(result, before, pids_before, scope)
         return result
@@ -733,13 +741,12 @@ class Chaos:
         )
 
     def _expect(self, result: FaultResult, scope: list[str]) -> None:
-        graceful_restart = 1 if (result.fault == "runner-kill" and self.stop_orphans) else 0
         if result.fault == "runner-kill":
             if result.adoptions < 1:
                 result.expectations.append("the retried task did not adopt the orphaned driver")
-            if result.new_drivers > graceful_restart:
+            if result.spark_submits_until_adopted:
                 result.expectations.append(
-                    f"{result.new_drivers - graceful_restart} second spark-submit(s) instead of an adoption"
+                    f"{result.spark_submits_until_adopted} second spark-submit(s) instead of an adoption"
                 )
         if result.fault == "driver-kill" and result.restarts < 1:
             result.expectations.append("no restart recorded after the driver was killed")
@@ -946,8 +953,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    # A SIGTERM (a timeout, a CI cancel) still tears the private stack down and writes what was seen.
+    signal.signal(signal.SIGTERM, _interrupt)
     apps = tuple(a for a in args.apps.split(",") if a)
     classes = tuple(c for c in args.classes.split(",") if c)
     unknown = [a for a in apps if a not in APPS] + [c for c in classes if c not in FAULT_CLASSES]
