@@ -943,7 +943,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--json", type=Path, default=None, help="report file (default <root>/chaos-report.json)"
     )
     parser.add_argument(
-        "--recover-timeout", type=float, default=300, help="seconds a fault may take to recover"
+        "--recover-timeout", type=float, default=600, help="seconds a fault may take to recover (default 600)"
     )
     parser.add_argument("--gap", type=float, nargs=2, default=(3.0, 15.0), metavar=("MIN", "MAX"))
     parser.add_argument("--rate", type=float, default=5.0, help="sensor readings per second")
