@@ -199,8 +199,11 @@ class DriverSampler:
                         }
                     )
                 for pid in pids:
+                    # A spark-submit (bash, then the same pid exec'd into the JVM), or a Python driver
+                    # left on its own when its JVM died.
+                    kind = "python" if Path(table[pid].argv[0]).name.startswith("python") else "spark-submit"
                     record = self.seen.setdefault(
-                        pid, {"app": app, "first_seen": now, "ppid": table[pid].ppid}
+                        pid, {"app": app, "first_seen": now, "ppid": table[pid].ppid, "kind": kind}
                     )
                     record["last_seen"] = now
         return found
@@ -213,9 +216,14 @@ class DriverSampler:
         with self._lock:
             return self.seen.get(pid, {}).get("first_seen", time.time())
 
-    def driver_pids(self, app: str) -> set[int]:
+    def driver_pids(self, app: str, launches_only: bool = False) -> set[int]:
+        """Every driver of the app seen so far; with ``launches_only``, the spark-submits only."""
         with self._lock:
-            return {pid for pid, record in self.seen.items() if record["app"] == app}
+            return {
+                pid
+                for pid, record in self.seen.items()
+                if record["app"] == app and not (launches_only and record["kind"] != "spark-submit")
+            }
 
 
 # --------------------------------------------------------------------------- the private stack
@@ -554,7 +562,7 @@ class Chaos:
             if not self.wait(lambda name=name: self.healthy(name), self.recover_timeout_s):
                 say(f"  {name} is not healthy before fault {number}; injecting anyway")
         before = self._counters()
-        pids_before = {name: self.sampler.driver_pids(name) for name in self.stack.apps}
+        pids_before = {name: self.sampler.driver_pids(name, True) for name in self.stack.apps}
         tasks_before = {name: run_app_task(self.home, name) for name in scope}
         moment = time.time()
         result = FaultResult(number, fault, "", datetime.fromtimestamp(moment, UTC).isoformat())
@@ -566,7 +574,8 @@ class Chaos:
         for name in scope:
             remaining = max(deadline - time.monotonic(), 1)
             settled = self.wait(
-                lambda name=name: self.healthy(name, moment) and self._settled(fault, name, tasks_before),
+                lambda name=name: self.healthy(name, moment)
+                and self._settled(fault, name, tasks_before, before),
                 remaining,
             )
             recovered_at[name] = committed_since(self.config, name, moment) if settled else None
@@ -578,22 +587,25 @@ class Chaos:
             result.notes.append(f"not recovered within {self.recover_timeout_s:.0f}s: {', '.join(stuck)}")
         if fault == "runner-kill" and app:
             result.task_before, result.task_after = tasks_before[app], run_app_task(self.home, app)
-            result.spark_submits_until_adopted = len(self.sampler.driver_pids(app) - pids_before[app])
+            result.spark_submits_until_adopted = len(self.sampler.driver_pids(app, True) - pids_before[app])
             if self.stop_orphans and result.recovered:
                 self._stop_orphan(app, result)
         self.results.append(result)
         self._account(result, before, pids_before, scope)
         return result
 
-    def _settled(self, fault: str, app: str, tasks_before: dict[str, Any]) -> bool:
+    def _settled(self, fault: str, app: str, tasks_before: dict[str, Any], before: dict) -> bool:
         if fault != "runner-kill":
             return True
-        # The killed try is over and a later one follows the driver.
+        # The killed try is over, a later one runs, and it has either adopted the driver or started one.
         task, earlier = run_app_task(self.home, app), tasks_before.get(app) or {}
-        return bool(task) and (task["try_number"], task["run_id"]) != (
+        if not task or (task["try_number"], task["run_id"]) == (
             earlier.get("try_number"),
             earlier.get("run_id"),
-        )
+        ):
+            return False
+        counts = self.logs.refresh()[app]
+        return counts["adoptions"] > before[app]["adoptions"] or counts["starts"] > before[app]["starts"]
 
     def _driver(self, app: str) -> int:
         drivers = self.sampler.sample()[app]
@@ -730,7 +742,7 @@ class Chaos:
             result.restarts += after[app]["restarts"] - before[app]["restarts"]
             result.adoptions += after[app]["adoptions"] - before[app]["adoptions"]
             result.watchdog_kills += after[app]["watchdog"] - before[app]["watchdog"]
-            result.new_drivers += len(self.sampler.driver_pids(app) - pids_before[app])
+            result.new_drivers += len(self.sampler.driver_pids(app, True) - pids_before[app])
         self._expect(result, scope)
         mark = "ok" if result.ok else "FAILED"
         said = f"next batch {result.next_batch_s}s" if result.recovered else "NOT RECOVERED"
@@ -1010,7 +1022,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "samples": chaos.sampler.samples,
                 "max_per_app": chaos.sampler.max_drivers,
                 "violations": chaos.sampler.violations[:50],
-                "spark_submits": {app: len(chaos.sampler.driver_pids(app)) for app in apps},
+                "spark_submits": {app: len(chaos.sampler.driver_pids(app, True)) for app in apps},
+                "seen": chaos.sampler.seen,
             }
             report["log_lines"] = {app: lines[-50:] for app, lines in chaos.logs.lines.items()}
         else:
