@@ -973,6 +973,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     # A SIGTERM (a timeout, a CI cancel) still tears the private stack down and writes what was seen.
     signal.signal(signal.SIGTERM, _interrupt)
+    # The verification's Spark session stays on loopback, like everything else of the stack.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     apps = tuple(a for a in args.apps.split(",") if a)
     classes = tuple(c for c in args.classes.split(",") if c)
     unknown = [a for a in apps if a not in APPS] + [c for c in classes if c not in FAULT_CLASSES]
