@@ -770,6 +770,9 @@ class Chaos:
 
     def run(self, schedule: list[tuple[str, str | None]], gap_s: tuple[float, float]) -> None:
         for number, (fault, app) in enumerate(schedule, start=1):
+            if (self.stack.root / "finish").exists():
+                say(f"{self.stack.root / 'finish'} exists: no more faults, on to the drain and the checks")
+                break
             self.inject(number, fault, app)
             gap = self.rng.uniform(*gap_s)
             time.sleep(gap)
