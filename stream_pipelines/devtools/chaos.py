@@ -567,7 +567,11 @@ class Chaos:
         moment = time.time()
         result = FaultResult(number, fault, "", datetime.fromtimestamp(moment, UTC).isoformat())
         action = getattr(self, "_" + fault.replace("-", "_"))
-        result.target = action(app, result) if app else action(result)
+        try:
+            result.target = action(app, result) if app else action(result)
+        except Exception as error:  # a fault that could not be injected is a finding, not the end of the run
+            result.target = f"{app or 'stack'}: not injected: {type(error).__name__}: {error}"
+            result.expectations.append(f"could not inject the fault: {error}")
         say(f"fault {number:>2} {fault:<17} {result.target}")
         recovered_at: dict[str, float | None] = {}
         deadline = time.monotonic() + self.recover_timeout_s
