@@ -223,6 +223,9 @@ class PathSettings(_Section):
     reports: str = "reports"
     compliance: str = "compliance"
     gx: str = "gx"
+    # Spark's scratch space of each streaming app's driver, one folder per app; it must be local to the
+    # driver's host, so with a remote data_root make this an absolute local path.
+    scratch: str = "scratch"
 
 
 class AppSettings(_Section):
@@ -303,6 +306,11 @@ class SupervisionSettings(_Section):
     # taken over (on the same host a dead driver's lease is stale at once).
     heartbeat_interval: PositiveDuration = Duration(5)
     lease_timeout: PositiveDuration = Duration(45)
+    # The liveness watchdog: an app whose queries make no progress for this many trigger intervals
+    # (and never less than the minimum window, which covers a slow first batch after a restart) while
+    # offsets wait in their source is stuck, and is stopped, killed if need be, and restarted.
+    watchdog_triggers: int = Field(6, ge=1)
+    watchdog_min_window: PositiveDuration = Duration(120)
 
     @model_validator(mode="after")
     def _lease_outlives_heartbeats(self) -> SupervisionSettings:
@@ -373,6 +381,14 @@ class PipelineConfig(_Section):
 
     def checkpoint_dir(self, app: str, query: str) -> str:
         return f"{self.data_path('checkpoints')}/{app}/{query}"
+
+    def scratch_dir(self, app: str) -> str | None:
+        """The app's local scratch folder, or None when ``paths.scratch`` is on a remote store (Spark
+        can only write its scratch to a local disk, so it keeps its own default there)."""
+        location = f"{self.data_path('scratch')}/{app}"
+        if location.startswith("file://"):
+            return location.removeprefix("file://")
+        return None if "://" in location else location
 
     def output_dir(self, name: str) -> str:
         return f"{self.data_path('outputs')}/{name}"

@@ -11,6 +11,8 @@ Records under ``paths.control`` (small JSON, each written whole by ``storage.wri
 - ``<app>.restarts.json``: every restart the supervisor made (the total, exported as a metric) and
   the recent ones (for the crash-loop guard), counted once, under a lock;
 - ``<app>.crashloop.json``: present while the guard has tripped; cleared by start/restart/resume.
+- ``<app>.watchdog.json``: how often the liveness watchdog restarted the app as stuck, and the last
+  reason (the total is exported as a metric).
 
 The CLI, the DAGs, the apps and the metrics exporter all read and write them through ``ControlStore``.
 """
@@ -185,6 +187,22 @@ class ControlStore:
                 {"app": app, "total": total, "recent": recent, "last_cause": cause, "at": now.isoformat()},
             )
         return len(recent) if limit is not None else total
+
+    def record_watchdog_restart(self, app: str, reason: str) -> int:
+        """Count one restart of a stuck app by the watchdog (``record_restart`` counts it as a crash too)."""
+        with self._locked(app):
+            total = self.watchdog_restarts(app) + 1
+            write_json(
+                self._path(app, "watchdog.json"),
+                {"app": app, "total": total, "last_reason": reason, "at": _now().isoformat()},
+            )
+        return total
+
+    def watchdog_restarts(self, app: str) -> int:
+        try:
+            return int((self._read(app, "watchdog.json") or {}).get("total", 0))
+        except (TypeError, ValueError):
+            return 0
 
     def crash_loop(self, app: str) -> dict[str, Any] | None:
         return self._read(app, "crashloop.json")

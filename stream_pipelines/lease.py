@@ -10,10 +10,11 @@ the app's lease before it starts any query:
 - a stale lease: taken over, and the takeover is logged. The stale file is renamed aside first, so of
   two drivers taking over at once only one succeeds.
 
-The owner renews it every ``supervision.heartbeat_interval`` (``LeaseKeeper``, a thread), with each
-query's last batch, so a supervisor can follow the app through the lease alone. A renewal that finds
-another owner means this driver was frozen past the timeout and replaced: it must stop at once. A
-graceful exit releases the lease.
+The owner renews it every ``supervision.heartbeat_interval`` (``LeaseKeeper``, a thread) from the
+moment it takes it (a JVM slow to start must not look dead), and once the queries run with each
+query's last batch and end offsets, so a supervisor can follow the app through the lease alone. A
+renewal that finds another owner means this driver was frozen past the timeout and replaced: it
+must stop at once. A graceful exit releases the lease.
 
 ``Lease`` is the one class that touches the lease file; it works on a local (or mounted) filesystem
 with atomic create and rename.
@@ -21,6 +22,7 @@ with atomic create and rename.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -37,6 +39,7 @@ from stream_pipelines.control import process_exists
 from stream_pipelines.storage import write_atomically
 
 LEASE_FILE = "lease.json"
+STALE_LEASES_KEPT = 3
 
 
 @dataclass
@@ -125,7 +128,15 @@ class Lease:
             except FileNotFoundError:
                 continue  # another driver took it over first; look again
             log(f"took over a stale lease: {current.describe()} (kept as {aside.name})")
+            self._forget_old_stale_leases()
         raise LeaseHeldError(self.app, self.read() or mine)
+
+    def _forget_old_stale_leases(self) -> None:
+        """Keep the last few taken-over leases to look at; a crash loop must not pile up one per kill."""
+        with contextlib.suppress(FileNotFoundError):  # another driver tidying up at the same time
+            aside = sorted(self.path.parent.glob(f"{LEASE_FILE}.stale-*"), key=lambda p: p.stat().st_mtime_ns)
+            for old in aside[:-STALE_LEASES_KEPT]:
+                old.unlink(missing_ok=True)
 
     def _create(self, record: LeaseRecord) -> bool:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -164,20 +175,31 @@ def live_owner(config: PipelineConfig, app: str) -> LeaseRecord | None:
 
 
 class LeaseKeeper:
-    """Renews the lease on its own timer while the queries run; reports a lost lease once."""
+    """Renews the lease on its own timer while the queries run; reports a lost lease once.
 
-    def __init__(
-        self,
-        lease: Lease,
-        record: LeaseRecord,
-        interval_s: float,
-        progress: Callable[[], dict[str, dict[str, Any]]],
-        on_lost: Callable[[str], None],
-    ) -> None:
+    The heartbeat says the driver process lives; the queries' progress says whether Spark works. They
+    are kept apart: progress is asked of the JVM on a thread of its own, and a JVM that does not answer
+    (frozen, or in a GC spiral) leaves the last progress in the lease while the heartbeat goes on. The
+    supervisor's watchdog then sees a live driver whose batches stand still while data waits."""
+
+    def __init__(self, lease: Lease, record: LeaseRecord, interval_s: float) -> None:
         self.lease, self.record, self.interval_s = lease, record, interval_s
-        self._progress, self._on_lost = progress, on_lost
+        self._progress: Callable[[], dict[str, dict[str, Any]]] | None = None
+        self._on_lost: Callable[[str], None] | None = None
+        self.lost: str | None = None
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"lease-{lease.app}", daemon=True)
+        self._asked: threading.Thread | None = None
+        self._answer: list[dict[str, dict[str, Any]]] = []
+
+    def follow(
+        self, progress: Callable[[], dict[str, dict[str, Any]]], on_lost: Callable[[str], None]
+    ) -> None:
+        """Once the queries run: carry their progress, and report a lost lease (at once if it was lost
+        while they started)."""
+        self._progress, self._on_lost = progress, on_lost
+        if self.lost is not None:
+            on_lost(self.lost)
 
     def start(self) -> LeaseKeeper:
         self._thread.start()
@@ -190,10 +212,35 @@ class LeaseKeeper:
     def _run(self) -> None:
         while not self._stopping.wait(self.interval_s):
             try:
-                self.record.queries = self._progress()
+                progress = self._latest_progress()
+                if progress is not None:
+                    self.record.queries = progress
                 self.lease.renew(self.record)
             except LeaseLostError as error:
-                self._on_lost(str(error))
+                self.lost = str(error)
+                if self._on_lost is not None:
+                    self._on_lost(self.lost)
                 return
             except Exception as error:
                 print(f"lease ({self.lease.app}): renewal failed, retrying: {error}", flush=True)
+
+    def _latest_progress(self) -> dict[str, dict[str, Any]] | None:
+        """The queries' progress if the JVM answers within a moment; None while an earlier ask is
+        still unanswered (one ask at a time, so a frozen JVM does not pile up threads)."""
+        if self._progress is None:
+            return None  # the JVM and the queries are still coming up
+        if self._asked is None:
+            self._answer.clear()
+            self._asked = threading.Thread(target=self._ask, name="lease-progress", daemon=True)
+            self._asked.start()
+        self._asked.join(timeout=min(self.interval_s, 2.0))
+        if self._asked.is_alive():
+            return None
+        self._asked = None
+        return self._answer[0] if self._answer else None
+
+    def _ask(self) -> None:
+        try:
+            self._answer.append(self._progress())  # type: ignore[misc]
+        except Exception as error:  # a query that just ended; the next ask tries again
+            print(f"lease ({self.lease.app}): could not read the queries' progress: {error}", flush=True)

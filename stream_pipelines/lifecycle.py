@@ -4,11 +4,12 @@
 
 - load config: ``--env``/``--conf-dir``/``--set``; a bad value exits ``BAD_CONFIG`` with the message;
 - preflight: the checkpoint preflight, before any JVM starts; a refusal exits ``CHECKPOINT_REFUSED``;
-- take ownership: the app's lease (``lease.py``): a second driver refuses with ``OWNED_ELSEWHERE``,
-  and the control store records this driver as the app's running process;
+- take ownership: the app's lease (``lease.py``): a second driver refuses with ``OWNED_ELSEWHERE``;
+  from here on the lease is renewed on its own timer, and the control store records this driver as
+  the app's running process;
 - start queries: the app's ``build_sinks`` (checked against its registry declaration), fingerprints;
 - observe: the Prometheus exporter and the batch log follow the queries while they run, and the lease
-  is renewed on its own timer with each query's last batch;
+  carries each query's last batch and end offsets (for the supervisor's watchdog);
 - stop or fail: a stop request (SIGTERM, SIGINT or the stop marker) drains the batch in flight; a failed
   query stops the others;
 - record the exit: ``stopped``, ``finished`` or ``failed`` in the control store, and the exit code.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import re
 import signal
 import sys
@@ -27,12 +29,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from stream_pipelines.config import ConfigError, PipelineConfig, add_config_arguments, config_from_args
 from stream_pipelines.control import ControlStore, ExitStatus
 from stream_pipelines.exit_codes import ExitCode
-from stream_pipelines.lease import Lease, LeaseHeldError, LeaseKeeper, LeaseRecord
+from stream_pipelines.lease import Lease, LeaseHeldError, LeaseKeeper
 from stream_pipelines.registry import App
 from stream_pipelines.registry import app as declared_app
 
@@ -59,6 +61,7 @@ def run_app(app_name: str, argv: Sequence[str] | None = None) -> int:
         if remote is not None:
             # Until the lease has an implementation on that store, say plainly that nothing guards it.
             _log(app.name, f"checkpoints on {remote}: no lease there yet, so nothing stops a second driver")
+            _log(app.name, "scratch of earlier runs kept: without a lease, a live driver may be using it")
             return _run_owned(config, app, trigger, None)
         lease = Lease(config, app.name)
         try:
@@ -66,28 +69,43 @@ def run_app(app_name: str, argv: Sequence[str] | None = None) -> int:
         except LeaseHeldError as error:
             _log(app.name, str(error))
             return ExitCode.OWNED_ELSEWHERE
+        # Renewed from now on, not from when the queries run: a JVM slower to start than the lease
+        # timeout must not look like a dead or frozen owner.
+        keeper = LeaseKeeper(lease, owned, config.supervision.heartbeat_interval.seconds).start()
         try:
-            return _run_owned(config, app, trigger, (lease, owned))
+            clear_earlier_scratch(config, app)
+            return _run_owned(config, app, trigger, keeper)
         finally:
+            keeper.stop()
             lease.release()
     finally:
         # Whatever the way out, the launch is over: status must not say "starting" any more.
         ControlStore(config).clear_starting(app.name)
 
 
+def clear_earlier_scratch(config: PipelineConfig, app: App) -> None:
+    """Remove what drivers killed before they could clean up left in the app's scratch folder, before this
+    run's session starts. Only the lease holder may: its lease is what says no other driver is alive."""
+    from stream_pipelines.runtime import clear_scratch, driver_started_at
+
+    folder = config.scratch_dir(app.name)
+    if folder is not None:
+        _log(app.name, f"scratch {folder}: {clear_scratch(Path(folder), driver_started_at()).describe()}")
+
+
 def _run_owned(
-    config: PipelineConfig, app: App, trigger: TriggerMode, owned: tuple[Lease, LeaseRecord] | None
+    config: PipelineConfig, app: App, trigger: TriggerMode, keeper: LeaseKeeper | None
 ) -> ExitCode:
     from stream_pipelines.metrics import MetricsPortInUseError
     from stream_pipelines.runtime import get_spark
 
-    spark = get_spark(config, app.name)
-    if owned is not None:
-        owned[1].spark_app_id = spark.sparkContext.applicationId
+    spark = get_spark(config, app.name, own_scratch=True)
+    if keeper is not None:
+        keeper.record.spark_app_id = spark.sparkContext.applicationId
     try:
         with observed(config, app, spark) as on_started:
             sinks = start_queries(config, app, spark)
-            return run_streams(config, app.name, sinks, trigger, on_started=on_started, lease=owned).code
+            return run_streams(config, app.name, sinks, trigger, on_started=on_started, lease=keeper).code
     except MetricsPortInUseError as error:
         # The lease already guards against a second driver: a taken port is a configuration problem.
         _log(app.name, str(error))
@@ -203,7 +221,7 @@ def run_streams(
     *,
     poll_s: float = 1.0,
     on_started: Callable[[list[StreamingQuery]], None] | None = None,
-    lease: tuple[Lease, LeaseRecord] | None = None,
+    lease: LeaseKeeper | None = None,
 ) -> AppExit:
     """Own the app, run its queries until they finish (available-now), fail, or a stop is requested,
     and record how it ended.
@@ -218,14 +236,8 @@ def run_streams(
     stop.install_signal_handlers()
     queries = [start_sink(config, app, sink, trigger) for sink in sinks]
     store.mark_running(app)
-    keeper = None
     if lease is not None:
-        keeper = LeaseKeeper(
-            *lease,
-            interval_s=config.supervision.heartbeat_interval.seconds,
-            progress=lambda: query_progress(queries),
-            on_lost=stop.lose_lease,
-        ).start()
+        lease.follow(lambda: query_progress(queries), on_lost=stop.lose_lease)
     try:
         if on_started:
             on_started(queries)
@@ -241,8 +253,6 @@ def run_streams(
                 query.stop()
         raise
     finally:
-        if keeper is not None:
-            keeper.stop()
         store.mark_not_running(app)
 
 
@@ -257,8 +267,22 @@ def query_progress(queries: list[StreamingQuery]) -> dict[str, dict[str, object]
             "watermark": (last.get("eventTime") or {}).get("watermark"),
             "at": last.get("timestamp"),
             "active": query.isActive,
+            # Where the last batch ended in each Kafka source: the watchdog compares it with the broker.
+            "end_offsets": _end_offsets(last),
         }
     return progress
+
+
+def _end_offsets(progress: Any) -> dict[str, dict[str, str | int]]:
+    """Topic -> partition -> offset where the last batch ended, over the query's Kafka sources."""
+    from stream_pipelines.checkpoint.format import kafka_offsets
+
+    # PySpark's lastProgress turns each source's offsets into str(dict), a Python repr; the
+    # progress's own JSON keeps them as JSON.
+    raw = json.loads(progress.json) if hasattr(progress, "json") else progress
+    ends = [source.get("endOffset") for source in raw.get("sources") or []]
+    merged = kafka_offsets(end if isinstance(end, dict) else None for end in ends)
+    return {topic: {str(p): o for p, o in partitions.items()} for topic, partitions in merged.items()}
 
 
 def _watch(

@@ -20,7 +20,8 @@ plans, before ``withWatermark``:
 * ``observe_quarantine(parsed, "sensors")``: how many rows got a quarantine reason.
 
 The supervisor counts each restart in the control store (``ControlStore.record_restart``); the total
-is exported as ``pipeline_restarts_total``, so it survives the restarts themselves.
+is exported as ``pipeline_restarts_total``, so it survives the restarts themselves; the liveness
+watchdog's restarts of a stuck app likewise as ``pipeline_watchdog_restarts_total``.
 
 Gauges that depend on "now" (lags) are computed when Prometheus scrapes, so a stalled query shows a
 growing lag instead of its last value. ``METRICS`` lists every exported metric (the contract for the
@@ -162,6 +163,13 @@ METRICS: dict[str, MetricSpec] = {
             "counter",
             ("app",),
             "Restarts recorded by the supervisor; kept in a file so it survives them",
+        ),
+        MetricSpec(
+            "pipeline_watchdog_restarts_total",
+            "counter",
+            ("app",),
+            "Times the liveness watchdog found the app stuck (no progress while data waits, or a "
+            "stale heartbeat) and restarted it; also counted in pipeline_restarts_total",
         ),
     )
 }
@@ -456,6 +464,7 @@ class ProgressRecorder:
                     if delay is not None:
                         add("pipeline_stream_watermark_seconds", (*labels, stream), newest - delay)
         add("pipeline_restarts_total", (self.app,), self._control.restarts(self.app).total)
+        add("pipeline_watchdog_restarts_total", (self.app,), self._control.watchdog_restarts(self.app))
         yield from families.values()
 
 

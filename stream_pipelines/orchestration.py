@@ -14,11 +14,16 @@ run then waits until the app is wanted again.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
+import signal
+import socket
 import sys
+import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -120,7 +125,7 @@ class StreamingAppOperator(SparkSubmitOperator):
         self.app = app
 
     def execute(self, context: Any) -> None:
-        from airflow.sdk.exceptions import AirflowFailException
+        from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
         from stream_pipelines.checkpoint.inspect import CheckpointError, preflight
         from stream_pipelines.control import ControlStore, should_run
@@ -157,7 +162,7 @@ class StreamingAppOperator(SparkSubmitOperator):
             self.log.info("removed a stop marker left by an earlier stop")
         store.mark_starting(self.app)
 
-        self.conf = spark_conf(config)
+        self.conf = spark_conf(config, self.app)
         self.application_args = application_args(config, "processing")
         self._conn_id = config.supervision.spark_conn_id
         environment = submit_environment()
@@ -174,38 +179,62 @@ class StreamingAppOperator(SparkSubmitOperator):
         self.log.info(
             "starting %s on %s from %s", self.app, config.spark.master, config.checkpoint_dir(self.app, "*")
         )
-        super().execute(context)
+        if self._hook is None:
+            self._hook = self._get_hook()
+        hook = self._hook
+        guard = _WatchdogThread(self, config, lambda: _submitted_group(hook)).start()
+        try:
+            # Its own session: the watchdog and on_kill can end the whole driver (spark-submit's JVM
+            # and the Python driver under it) without signalling this task's process group.
+            hook.submit(self.application, start_new_session=True)
+        except Exception as error:
+            if guard.verdict is not None:
+                raise AirflowException(f"watchdog: {self.app} was stuck: {guard.verdict}") from error
+            raise
+        finally:
+            guard.stop()
+        if guard.verdict is not None:
+            # It drained cleanly when asked, but it was asked because it was stuck: still a restart.
+            raise AirflowException(f"watchdog: {self.app} was stuck: {guard.verdict}")
         self.log.info("%s exited 0 (deliberate stop): not a crash, no restart", self.app)
 
     def _adopt(self, config: Any, lease: Any, owner: Any) -> None:
         """Follow a live owner until it ends: a graceful stop is success, anything else a failure that
-        the retry policy restarts from the checkpoint."""
+        the retry policy restarts from the checkpoint. The watchdog follows it as it would our own."""
         from airflow.sdk.exceptions import AirflowException
 
         from stream_pipelines.control import ControlStore
 
         self.log.info("adopting %s: %s", self.app, owner.describe())
+        guard = _WatchdogThread(self, config, lambda: _owner_group(lease)).start()
         interval = config.supervision.heartbeat_interval.seconds
         last_logged, last_batches = 0.0, None
-        while True:
-            time.sleep(interval)
-            current = lease.read()
-            if current is None:
-                ended = ControlStore(config).last_exit(self.app) or {}
-                if ended.get("status") in ("stopped", "finished"):
-                    self.log.info("adopted %s ended: %s (%s)", self.app, ended["status"], ended.get("detail"))
-                    return
-                how = f"{ended.get('status', 'no exit record')} {ended.get('detail', '')}".rstrip()
-                raise AirflowException(f"adopted {self.app} ended without a graceful stop: {how}")
-            if not lease.is_live(current):
-                raise AirflowException(
-                    f"adopted {self.app} stopped renewing its lease ({current.describe()}); "
-                    "restarting it from its checkpoint"
-                )
-            batches = {name: q.get("batch_id") for name, q in current.queries.items()}
-            if batches != last_batches and time.monotonic() - last_logged >= 30:
-                self.log.info("adopted %s progress: %s", self.app, _progress_line(current.queries))
-                last_logged, last_batches = time.monotonic(), batches
+        try:
+            while True:
+                time.sleep(interval)
+                if guard.verdict is not None:
+                    raise AirflowException(f"watchdog: adopted {self.app} was stuck: {guard.verdict}")
+                current = lease.read()
+                if current is None:
+                    ended = ControlStore(config).last_exit(self.app) or {}
+                    if ended.get("status") in ("stopped", "finished"):
+                        self.log.info(
+                            "adopted %s ended: %s (%s)", self.app, ended["status"], ended.get("detail")
+                        )
+                        return
+                    how = f"{ended.get('status', 'no exit record')} {ended.get('detail', '')}".rstrip()
+                    raise AirflowException(f"adopted {self.app} ended without a graceful stop: {how}")
+                if not lease.is_live(current) and not guard.judging(current):
+                    raise AirflowException(
+                        f"adopted {self.app} stopped renewing its lease ({current.describe()}); "
+                        "restarting it from its checkpoint"
+                    )
+                batches = {name: q.get("batch_id") for name, q in current.queries.items()}
+                if batches != last_batches and time.monotonic() - last_logged >= 30:
+                    self.log.info("adopted %s progress: %s", self.app, _progress_line(current.queries))
+                    last_logged, last_batches = time.monotonic(), batches
+        finally:
+            guard.stop()
 
     def on_kill(self) -> None:
         """Airflow is stopping the task: ask the app to drain and stop before anything harsher."""
@@ -213,12 +242,133 @@ class StreamingAppOperator(SparkSubmitOperator):
 
         config = _config()
         ControlStore(config).request_stop(self.app)
-        deadline = time.monotonic() + config.supervision.drain_timeout.seconds
-        process = getattr(self._hook, "_submit_sp", None) if self._hook else None
-        while process is not None and process.poll() is None and time.monotonic() < deadline:
-            time.sleep(1)
-        if process is None or process.poll() is None:
-            super().on_kill()
+        group = _submitted_group(self._hook) if self._hook else None
+        if group is not None and not _end_group(group, config.supervision.drain_timeout.seconds):
+            self.log.warning("%s did not stop within the drain timeout: killed", self.app)
+
+
+def _submitted_group(hook: Any) -> int | None:
+    """The process group of the spark-submit this task started, while it runs."""
+    process = getattr(hook, "_submit_sp", None)
+    return process.pid if process is not None and process.poll() is None else None
+
+
+def _owner_group(lease: Any) -> int | None:
+    """The process group of an adopted driver, when it runs on this host in a group of its own."""
+    from stream_pipelines.control import process_exists
+
+    record = lease.read()
+    if record is None or record.host != lease.host or not process_exists(record.pid):
+        return None
+    try:
+        group = os.getpgid(record.pid)
+    except ProcessLookupError:
+        return None
+    # Never this task's own group: a driver started without a session of its own shares it.
+    return group if group != os.getpgid(0) else None
+
+
+def _group_exists(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _end_group(group: int, drain_timeout_s: float) -> bool:
+    """Wait up to the drain timeout for a driver's group to exit (a stop was asked); then kill it.
+    True when it ended by itself."""
+    deadline = time.monotonic() + drain_timeout_s
+    while time.monotonic() < deadline:
+        if not _group_exists(group):
+            return True
+        time.sleep(1)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGKILL)
+    return False
+
+
+class _WatchdogThread:
+    """Looks at the app's lease every heartbeat; when the app is stuck, stops it: the stop marker,
+    the drain timeout, then SIGKILL to the driver's process group. ``verdict`` says why."""
+
+    def __init__(self, operator: StreamingAppOperator, config: Any, group: Callable[[], int | None]):
+        self.operator, self.config, self.group = operator, config, group
+        self.verdict: str | None = None
+        # True from the verdict until the driver is gone, so the task does not give up on it first.
+        self.busy = False
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"watchdog-{operator.app}", daemon=True)
+
+    def start(self) -> _WatchdogThread:
+        self._thread.start()
+        return self
+
+    def judging(self, record: Any) -> bool:
+        """Whether this watchdog, not the caller, decides about a stale lease: its driver still runs
+        here (a frozen one must be stopped and killed before anything restarts the app)."""
+        from stream_pipelines.control import process_exists
+
+        if self.busy:
+            return True
+        return self._thread.is_alive() and record.host == socket.gethostname() and process_exists(record.pid)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread is not threading.current_thread() and not self.busy:
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        from stream_pipelines.control import process_exists
+        from stream_pipelines.lease import Lease
+        from stream_pipelines.watchdog import KafkaBacklog, Watchdog, WatchdogSettings
+
+        app, log = self.operator.app, self.operator.log
+        lease = Lease(self.config, app)
+        backlog = KafkaBacklog(self.config)
+        watchdog = Watchdog(WatchdogSettings.of(self.config, app), backlog)
+        interval = self.config.supervision.heartbeat_interval.seconds
+        try:
+            while not self._stopping.wait(interval):
+                record = lease.read()
+                if record is None:
+                    continue
+                driver_exists = process_exists(record.pid) if record.host == lease.host else None
+                verdict = watchdog.look(record, driver_exists)
+                if verdict is not None:
+                    self.busy, self.verdict = True, verdict
+                    self._restart(verdict)
+                    return
+        except Exception as error:
+            # The watchdog must never be what ends a healthy app's supervision.
+            log.warning("watchdog for %s stopped looking: %s", app, error)
+        finally:
+            backlog.close()
+
+    def _restart(self, verdict: str) -> None:
+        from stream_pipelines.control import ControlStore
+
+        app, log = self.operator.app, self.operator.log
+        store = ControlStore(self.config)
+        drain_s = self.config.supervision.drain_timeout.seconds
+        log.error("watchdog: %s is stuck: %s; asking it to stop (drain timeout %.0fs)", app, verdict, drain_s)
+        store.record_watchdog_restart(app, verdict)
+        store.request_stop(app)
+        try:
+            group = self.group()
+            if group is None:
+                log.error("watchdog: %s runs elsewhere or is gone: nothing here to kill", app)
+            elif _end_group(group, drain_s):
+                log.info("watchdog: %s stopped within the drain timeout", app)
+            else:
+                log.error(
+                    "watchdog: %s did not stop within %.0fs: killed its process group %d", app, drain_s, group
+                )
+        finally:
+            self.busy = False
 
 
 def _progress_line(queries: dict[str, dict[str, Any]]) -> str:

@@ -8,9 +8,13 @@ Nothing here computes business results; apps compose ``read_raw`` -> pure transf
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from stream_pipelines import jvm, registry
@@ -27,8 +31,14 @@ if TYPE_CHECKING:
 TriggerMode = Literal["processing", "available-now"]
 
 
-def spark_conf(config: PipelineConfig) -> dict[str, str]:
-    """Every Spark setting the apps need; used by the session builder and by spark-submit alike."""
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
+
+def spark_conf(config: PipelineConfig, app: str | None = None) -> dict[str, str]:
+    """Every Spark setting the apps need; used by the session builder and by spark-submit alike.
+
+    With ``app``, the settings of that streaming app's driver: its scratch goes to its own folder.
+    """
     settings = config.spark
     conf = {
         "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
@@ -50,14 +60,107 @@ def spark_conf(config: PipelineConfig) -> dict[str, str]:
         conf["spark.pyspark.driver.python"] = sys.executable
     if "spark.jars.packages" not in settings.extra_conf:
         conf["spark.jars"] = ",".join(jvm.spark_kafka_jars())
+    scratch = scratch_conf(config, app) if app is not None else {}
+    conf.update(scratch)
     conf.update(settings.extra_conf)
+    theirs = settings.extra_conf.get(DRIVER_JAVA_OPTIONS)
+    if DRIVER_JAVA_OPTIONS in scratch and theirs:
+        # Theirs after ours: the deployment's other options stay, and a temp folder of its own wins.
+        conf[DRIVER_JAVA_OPTIONS] = f"{scratch[DRIVER_JAVA_OPTIONS]} {theirs}"
     return conf
 
 
-def get_spark(config: PipelineConfig, app_name: str) -> SparkSession:
-    """The session for an app; under spark-submit the master and deploy mode come from the launcher."""
-    import os
+def scratch_conf(config: PipelineConfig, app: str) -> dict[str, str]:
+    """Spark's scratch space for an app's driver, all in the app's own folder, which its restarts clear.
 
+    A driver killed with -9 runs no shutdown hook, so whatever it wrote to the system temp folder stays
+    there for good: the local dirs (``spark-<uuid>`` with a copy of every jar, ``blockmgr-<uuid>``,
+    RocksDB's working copies) come from ``spark.local.dir``; the launcher's ``spark-<uuid>``,
+    ``artifacts-<uuid>`` and the native libraries the JVM unpacks (snappy, lz4, RocksDB) from
+    ``java.io.tmpdir``, which only the JVM's command line sets. Empty when the folder is not local.
+    """
+    folder = config.scratch_dir(app)
+    if folder is None:
+        return {}
+    tmpdir = f"-Djava.io.tmpdir={folder}"
+    return {
+        "spark.local.dir": folder,
+        # spark-submit splits the options at blanks unless quoted.
+        DRIVER_JAVA_OPTIONS: f'"{tmpdir}"' if any(c.isspace() for c in folder) else tmpdir,
+    }
+
+
+@dataclass(frozen=True)
+class Cleared:
+    """What ``clear_scratch`` removed, and what it could not."""
+
+    entries: int = 0
+    size: int = 0  # bytes
+    failed: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        text = f"cleared {self.entries} entries ({self.size / 1e6:.1f} MB) left by earlier runs"
+        return text + (f"; could not remove {', '.join(self.failed)}" if self.failed else "")
+
+
+def clear_scratch(folder: Path, started_at: float) -> Cleared:
+    """Remove what earlier runs left in an app's scratch folder: every entry last changed before
+    ``started_at`` (when this driver's JVM started; what it made since is this run's own).
+
+    Only for the lease holder: the lease says no other driver of the app is alive to need them.
+    """
+    if not folder.is_dir():
+        return Cleared()
+    entries, size, failed = 0, 0, []
+    for entry in sorted(folder.iterdir()):
+        try:
+            if entry.lstat().st_mtime >= started_at:
+                continue
+            entry_size = _size(entry)
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        except FileNotFoundError:
+            continue
+        except OSError:
+            failed.append(entry.name)
+            continue
+        entries, size = entries + 1, size + entry_size
+    return Cleared(entries, size, tuple(failed))
+
+
+def _size(entry: Path) -> int:
+    if not entry.is_dir() or entry.is_symlink():
+        return entry.lstat().st_size
+    return sum(path.lstat().st_size for path in entry.rglob("*") if not path.is_dir() or path.is_symlink())
+
+
+def driver_started_at() -> float:
+    """When this driver's JVM started, as a wall-clock time.
+
+    Under spark-submit the JVM came first and started this Python process (so it is the parent, and it
+    may already have made its launch folder in the scratch); otherwise the JVM starts later, from here.
+    """
+    now = time.time()
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return now
+    try:
+        # Field 22 of /proc/<pid>/stat: the start in clock ticks since boot (after the name in parentheses,
+        # which may hold blanks).
+        fields = Path(f"/proc/{os.getppid()}/stat").read_text().rsplit(")", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        # Without /proc, clear everything: at worst the launcher's folder goes, which it no longer needs.
+        return now
+    return now - (time.clock_gettime(time.CLOCK_BOOTTIME) - started)
+
+
+def get_spark(config: PipelineConfig, app_name: str, *, own_scratch: bool = False) -> SparkSession:
+    """The session for an app; under spark-submit the master and deploy mode come from the launcher.
+
+    ``own_scratch``: a streaming app's driver, whose scratch goes to the app's folder (``scratch_conf``).
+    """
     from pyspark.sql import SparkSession
 
     # Spark's Python planner for data sources ignores spark.pyspark.* and reads only the environment,
@@ -67,7 +170,11 @@ def get_spark(config: PipelineConfig, app_name: str) -> SparkSession:
     builder = SparkSession.builder.appName(app_name)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         builder = builder.master(config.spark.master)
-    for key, value in spark_conf(config).items():
+    scratch = config.scratch_dir(app_name) if own_scratch else None
+    if scratch is not None:
+        # It is the JVM's java.io.tmpdir too, which must exist before the JVM unpacks a native library.
+        Path(scratch).mkdir(parents=True, exist_ok=True)
+    for key, value in spark_conf(config, app_name if own_scratch else None).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

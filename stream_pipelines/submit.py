@@ -50,9 +50,14 @@ def spark_submit_executable() -> str:
 
 
 def submit_command(
-    config: PipelineConfig, script: str, script_args: Sequence[str] = (), overrides: Sequence[str] = ()
+    config: PipelineConfig,
+    script: str,
+    script_args: Sequence[str] = (),
+    overrides: Sequence[str] = (),
+    app: str | None = None,
 ) -> list[str]:
-    """spark-submit of ``spark_apps/<script>.py`` with exactly the streaming apps' Spark settings."""
+    """spark-submit of ``spark_apps/<script>.py`` with exactly the streaming apps' Spark settings (those
+    of ``app``'s driver when it is one of them)."""
     command = [
         spark_submit_executable(),
         "--master",
@@ -62,7 +67,7 @@ def submit_command(
         "--name",
         script,
     ]
-    for key, value in spark_conf(config).items():
+    for key, value in spark_conf(config, app).items():
         command += ["--conf", f"{key}={value}"]
     return [*command, script_path(script), *driver_args(config, script_args, overrides)]
 
@@ -71,7 +76,8 @@ def spark_submit_command(
     config: PipelineConfig, app: str, trigger: TriggerMode, overrides: Sequence[str] = ()
 ) -> list[str]:
     """One streaming app, run with the given trigger."""
-    return submit_command(config, declared_app(app).name, ["--trigger", trigger], overrides)
+    name = declared_app(app).name
+    return submit_command(config, name, ["--trigger", trigger], overrides, app=name)
 
 
 def reconcile_submit_command(config: PipelineConfig, day: date, overrides: Sequence[str] = ()) -> list[str]:

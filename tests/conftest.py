@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
@@ -45,6 +46,14 @@ def overrides_for(data_root: Path, ports: tuple[int, int], *extra: str) -> list[
     ]
 
 
+def private_source_topics() -> list[str]:
+    """--set values naming the three source topics after this test alone (the broker is shared)."""
+    import uuid
+
+    suffix = uuid.uuid4().hex[:6]
+    return [f"kafka.topics.{name}.name={name}-{suffix}" for name in ("sensors", "impressions", "clicks")]
+
+
 def config_for(data_root: Path, ports: tuple[int, int], *extra: str) -> PipelineConfig:
     return load_config("local", overrides_for(data_root, ports, *extra))
 
@@ -68,13 +77,37 @@ def broker(session_root: Path, broker_ports: tuple[int, int]) -> Iterator[Pipeli
 
 
 @pytest.fixture
-def make_overrides(tmp_path: Path, broker_ports: tuple[int, int]) -> Callable[..., list[str]]:
-    """Overrides for one test: its own data root (checkpoints, outputs), the session's broker."""
+def make_overrides(tmp_path: Path, broker_ports: tuple[int, int]) -> Iterator[Callable[..., list[str]]]:
+    """Overrides for one test: its own data root (checkpoints, outputs), the session's broker. Drivers
+    still running on that data root when the test ends are killed (spark-submit runs in a session of
+    its own, so killing the supervisor's process group does not reach them)."""
 
     def build(*extra: str) -> list[str]:
         return overrides_for(tmp_path / "data", broker_ports, *extra)
 
-    return build
+    yield build
+    kill_processes_of(tmp_path / "data")
+
+
+def kill_processes_of(data_root: Path) -> int:
+    """SIGKILL every process whose command line or environment names the data root; returns how many."""
+    import os
+    import signal
+
+    marker = str(data_root).encode()
+    killed = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            seen = (entry / "cmdline").read_bytes() + (entry / "environ").read_bytes()
+        except OSError:
+            continue  # gone, or not ours
+        if marker in seen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed += 1
+    return killed
 
 
 @pytest.fixture(scope="session")

@@ -34,6 +34,7 @@ ALERTS = PAGING_ALERTS | {
     "StateGrowing",
     "LateDropsHigh",
     "RestartStorm",
+    "AppStuckRestarted",
     "SourceLagHigh",
 }
 

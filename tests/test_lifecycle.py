@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -83,13 +82,9 @@ def test_a_second_run_of_a_running_app_refuses_and_the_first_is_unaffected(broke
 
     from stream_pipelines.lease import Lease
     from stream_pipelines.topics import ensure_topics
-    from tests.conftest import produce, run_app
+    from tests.conftest import private_source_topics, produce, run_app
 
-    suffix = uuid.uuid4().hex[:6]
-    overrides = make_overrides(
-        "archive.trigger=1 seconds",
-        *(f"kafka.topics.{name}.name={name}-{suffix}" for name in ("sensors", "impressions", "clicks")),
-    )
+    overrides = make_overrides("archive.trigger=1 seconds", *private_source_topics())
     config = make_overrides_config(overrides)
     ensure_topics(config)
     topic = config.kafka.topics.sensors.name

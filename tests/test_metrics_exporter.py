@@ -451,6 +451,9 @@ def test_restarts_survive_in_a_file_and_are_exported(spark: SparkSession, tmp_pa
         assert scrape(exporter.url or "").value("pipeline_restarts_total", app=APP) == 9
         store.record_restart(APP, cause="test")
         assert scrape(exporter.url or "").value("pipeline_restarts_total", app=APP) == 10
+        assert scrape(exporter.url or "").value("pipeline_watchdog_restarts_total", app=APP) == 0
+        store.record_watchdog_restart(APP, "no progress for 6 triggers while 400 offsets wait")
+        assert scrape(exporter.url or "").value("pipeline_watchdog_restarts_total", app=APP) == 1
 
 
 # --------------------------------------------------------------------------- Kafka sources

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
-import uuid
 from pathlib import Path
 
 import pytest
 
 from stream_pipelines.devtools import generator
 from stream_pipelines.topics import ensure_topics
-from tests.conftest import make_overrides_config, run_app, wait_for
+from tests.conftest import make_overrides_config, private_source_topics, run_app, wait_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
@@ -25,11 +24,8 @@ def batch_in_flight(checkpoint: Path) -> int | None:
 
 
 def test_kill_minus_nine_mid_batch_loses_and_duplicates_nothing(spark, broker, make_overrides, tmp_path):
-    suffix = uuid.uuid4().hex[:6]
     overrides = make_overrides(
-        f"kafka.topics.sensors.name=sensors-{suffix}",
-        f"kafka.topics.impressions.name=impressions-{suffix}",
-        f"kafka.topics.clicks.name=clicks-{suffix}",
+        *private_source_topics(),
         "kafka.max_offsets_per_trigger=300",
         "archive.trigger=500 milliseconds",
     )
@@ -40,7 +36,7 @@ def test_kill_minus_nine_mid_batch_loses_and_duplicates_nothing(spark, broker, m
         duration_s=240,
         sensor_rate=15,
         ad_rate=5,
-        topics=generator.TopicNames(f"sensors-{suffix}", f"impressions-{suffix}", f"clicks-{suffix}"),
+        topics=generator.TopicNames(*(topic.name for topic in config.kafka.topics.inputs())),
     )
     records = generator.generate(spec)
     malformed = sum(r.kind.startswith("malformed:") for r in records)

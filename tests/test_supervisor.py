@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-import uuid
+import threading
 from pathlib import Path
 
 import pytest
@@ -19,7 +19,7 @@ import pytest
 from stream_pipelines.control import ControlStore, apply_action
 from stream_pipelines.devtools import generator
 from stream_pipelines.topics import ensure_topics
-from tests.conftest import make_overrides_config, start_dag_test, wait_for
+from tests.conftest import make_overrides_config, private_source_topics, start_dag_test, wait_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
@@ -40,11 +40,8 @@ def finish(process, log: Path, timeout: float = 300) -> str:
 
 @pytest.fixture
 def archive_setup(broker, make_overrides):
-    suffix = uuid.uuid4().hex[:6]
     overrides = make_overrides(
-        f"kafka.topics.sensors.name=sensors-{suffix}",
-        f"kafka.topics.impressions.name=impressions-{suffix}",
-        f"kafka.topics.clicks.name=clicks-{suffix}",
+        *private_source_topics(),
         "kafka.max_offsets_per_trigger=200",
         "archive.trigger=1 seconds",
         "supervision.retry_delay=1 seconds",
@@ -57,7 +54,7 @@ def archive_setup(broker, make_overrides):
         duration_s=300,
         sensor_rate=10,
         ad_rate=3,
-        topics=generator.TopicNames(f"sensors-{suffix}", f"impressions-{suffix}", f"clicks-{suffix}"),
+        topics=generator.TopicNames(*(topic.name for topic in config.kafka.topics.inputs())),
     )
     records = generator.generate(spec)
     generator.produce_to_kafka(records, config.kafka.bootstrap_servers)
@@ -141,3 +138,143 @@ def test_graceful_stop_is_not_restarted_as_a_crash(airflow_env, archive_setup, t
     assert ControlStore(config).restarts("raw_archive").total == 0
     exit_state = json.loads((Path(config.data_path("control")) / "raw_archive.exit.json").read_text())
     assert exit_state["status"] == "stopped"
+
+
+def test_a_frozen_driver_jvm_is_found_stuck_killed_and_restarted_with_exact_output(
+    spark, airflow_env, archive_setup, tmp_path
+):
+    """SIGSTOP of the driver's JVM: the Python driver keeps its heartbeat, the batches stand still
+    while offsets wait. The watchdog calls it stuck within its window, asks for a stop, kills the
+    process group after the drain timeout, and the app restarts from its checkpoint, exactly."""
+    from stream_pipelines.devtools.processes import parent_pid
+
+    overrides, config, records = archive_setup
+    watched = [
+        *overrides,
+        "supervision.heartbeat_interval=1 seconds",
+        "supervision.lease_timeout=30 seconds",
+        "supervision.watchdog_triggers=30",
+        "supervision.watchdog_min_window=30 seconds",
+        "supervision.drain_timeout=3 seconds",
+    ]
+    checkpoint = Path(config.checkpoint_dir("raw_archive", "archive"))
+    running = Path(config.data_path("control")) / "raw_archive.running.json"
+    log = tmp_path / "dag_test.log"
+    supervisor = start_dag_test(airflow_env, "supervise_raw_archive", watched, log)
+    jvm = None
+    try:
+        wait_for(lambda: len(committed(checkpoint)) >= 2, 240, "the first committed batches")
+        driver = json.loads(running.read_text())["pid"]
+        jvm = parent_pid(driver)
+        assert jvm is not None
+        frozen_at_batch = committed(checkpoint)[-1]
+        os.kill(jvm, signal.SIGSTOP)
+        wait_for(lambda: "watchdog: raw_archive is stuck" in log.read_text(), 120, "the watchdog's verdict")
+        verdict = next(
+            line for line in log.read_text().splitlines() if "watchdog: raw_archive is stuck" in line
+        )
+        wait_for(
+            lambda: "killed its process group" in log.read_text(), 60, "the kill after the drain timeout"
+        )
+        assert not Path(f"/proc/{jvm}").exists() or "zombie" in Path(f"/proc/{jvm}/status").read_text()
+
+        def restarted() -> bool:
+            record = json.loads(running.read_text()) if running.exists() else {}
+            return record.get("pid") not in (None, driver)
+
+        wait_for(restarted, 180, "Airflow to start the app again")
+        wait_for(lambda: committed(checkpoint)[-1] > frozen_at_batch + 1, 180, "batches after the restart")
+        wait_for(lambda: archive_count(spark, config) == len(records), 240, "the archive to catch up")
+        apply_action(config, "raw_archive", "stop", by="test", reason="end of test")
+        output = finish(supervisor, log)
+    finally:
+        if jvm is not None and Path(f"/proc/{jvm}").exists():
+            os.kill(jvm, signal.SIGCONT)
+        if supervisor.poll() is None:
+            os.killpg(supervisor.pid, signal.SIGKILL)
+    # Detected by the no-progress rule (the heartbeat stayed fresh), within the configured window.
+    assert "raw_archive.archive: no progress for" in verdict and "offsets wait" in verdict, verdict
+    stalled_s = int(verdict.split("triggers (")[1].split("s,")[0])
+    assert 30 <= stalled_s <= 30 + 10, verdict
+    assert "DAG RUN STATE success" in output, output[-3000:]
+    assert "(watchdog: raw_archive was stuck" in output, "the restart names the watchdog's reason"
+    assert ControlStore(config).watchdog_restarts("raw_archive") == 1
+    archive = spark.read.parquet(config.data_path("archive"))
+    assert archive.count() == len(records)
+    assert archive.select("topic", "partition", "offset").distinct().count() == len(records)
+
+
+class DriverSampler:
+    """Counts this test's drivers of an app every second (those with its data root in their
+    environment)."""
+
+    def __init__(self, data_root: Path, entry_point: str) -> None:
+        self.marker, self.entry = str(data_root).encode(), entry_point.encode()
+        self.counts: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> DriverSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def count(self) -> int:
+        """Live processes naming the entry point whose parent does not: the launch chain (spark-submit's
+        shells and launcher JVM) and the Python driver under the JVM are all one driver."""
+        naming: dict[int, int] = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
+                live = stat[0] != "Z" and self.entry in (entry / "cmdline").read_bytes()
+                if live and self.marker in (entry / "environ").read_bytes():
+                    naming[int(entry.name)] = int(stat[1])
+            except OSError:
+                continue
+        return sum(1 for parent in naming.values() if parent not in naming)
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            self.counts.append(self.count())
+
+
+def test_a_killed_task_runner_leaves_an_orphan_that_the_next_run_adopts(airflow_env, archive_setup, tmp_path):
+    """kill -9 of the process running the run_app task (dag.test() runs it in-process) leaves the
+    driver running. The next run adopts it instead of starting a second spark-submit; one driver at
+    every sample; after a graceful stop of the orphan the run succeeds and supervision goes on."""
+    from stream_pipelines.registry import app as declared_app
+
+    overrides, config, _records = archive_setup
+    checkpoint = Path(config.checkpoint_dir("raw_archive", "archive"))
+    data_root = Path(config.data_path("control")).parent
+    first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
+    with DriverSampler(data_root, declared_app("raw_archive").entry_point) as sampler:
+        first = start_dag_test(airflow_env, "supervise_raw_archive", overrides, first_log)
+        second = None
+        try:
+            wait_for(lambda: len(committed(checkpoint)) >= 1, 240, "the first committed batch")
+            os.kill(first.pid, signal.SIGKILL)  # the task runner only: the driver has a session of its own
+            first.wait()
+            orphan = json.loads((Path(config.data_path("control")) / "raw_archive.running.json").read_text())
+            assert Path(f"/proc/{orphan['pid']}").exists(), "the driver outlived its task runner"
+            second = start_dag_test(airflow_env, "supervise_raw_archive", overrides, second_log)
+            wait_for(lambda: "adopting raw_archive: owner" in second_log.read_text(), 240, "the adoption")
+            before = committed(checkpoint)[-1]
+            wait_for(lambda: committed(checkpoint)[-1] > before, 120, "the orphan to go on committing")
+            apply_action(config, "raw_archive", "stop", by="test", reason="end of test")
+            output = finish(second, second_log)
+        finally:
+            for process in (first, second):
+                if process is not None and process.poll() is None:
+                    os.killpg(process.pid, signal.SIGKILL)
+    assert "DAG RUN STATE success" in output, output[-3000:]
+    assert "adopting raw_archive: owner" in output and f"pid {orphan['pid']}" in output
+    assert "adopted raw_archive ended: stopped" in output
+    assert "starting raw_archive on" not in output, "the second run started a second spark-submit"
+    assert sampler.counts and max(sampler.counts) == 1, sampler.counts
+    assert ControlStore(config).restarts("raw_archive").total == 0, "an adoption is not a crash"

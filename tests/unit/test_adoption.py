@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import os
+import signal
+import subprocess
 import threading
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 from stream_pipelines.config import load_config
 from stream_pipelines.control import ControlStore
-from stream_pipelines.lease import Lease
+from stream_pipelines.lease import Lease, LeaseRecord
 
 APP = "raw_archive"
 SETTINGS = ["supervision.heartbeat_interval=0.2 seconds", "supervision.lease_timeout=1 seconds"]
@@ -59,15 +63,48 @@ def test_a_graceful_stop_of_the_adopted_driver_ends_the_try_in_success(operator,
     operator._adopt(config, lease, lease.read())  # returns: success
 
 
-def test_an_adopted_driver_that_stops_renewing_fails_the_try(operator, tmp_path):
+def test_an_adopted_driver_on_another_host_that_stops_renewing_fails_the_try(operator, tmp_path):
     from airflow.sdk.exceptions import AirflowException
 
     config = load_config("local", [f"paths.data_root={tmp_path}", *SETTINGS], environ={})
-    stop = threading.Event()
-    lease, _keeper = owned_elsewhere(config, until=stop)
-    threading.Timer(1.0, stop.set).start()  # frozen: the lease stays, its heartbeat ages
+    lease = Lease(config, APP)
+    write_lease(lease, pid=os.getpid(), host="another-host", heartbeat_age_s=0)
     with pytest.raises(AirflowException, match="stopped renewing its lease"):
         operator._adopt(config, Lease(config, APP), lease.read())
+
+
+def test_a_frozen_adopted_driver_here_is_stopped_then_killed_by_the_watchdog(operator, tmp_path):
+    """A heartbeat gone stale while the driver's process still exists: the watchdog asks it to stop,
+    waits the drain timeout, kills its process group, and the try fails so it restarts."""
+    from airflow.sdk.exceptions import AirflowException
+
+    config = load_config(
+        "local", [f"paths.data_root={tmp_path}", *SETTINGS, "supervision.drain_timeout=1 seconds"], environ={}
+    )
+    # A driver in a session of its own (as spark-submit is started), frozen: it never renews.
+    frozen = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    try:
+        lease = Lease(config, APP)
+        write_lease(lease, pid=frozen.pid, host=lease.host, heartbeat_age_s=0)
+        with pytest.raises(
+            AirflowException, match=r"watchdog: adopted raw_archive was stuck: heartbeat \d+s old"
+        ):
+            operator._adopt(config, Lease(config, APP), lease.read())
+        assert frozen.wait(timeout=10) == -signal.SIGKILL
+        store = ControlStore(config)
+        assert store.stop_marker(APP).exists(), "it was asked to stop before it was killed"
+        assert store.watchdog_restarts(APP) == 1
+    finally:
+        if frozen.poll() is None:
+            frozen.kill()
+            frozen.wait()
+
+
+def write_lease(lease: Lease, *, pid: int, host: str, heartbeat_age_s: float) -> None:
+    now = time.time()
+    record = LeaseRecord("elsewhere", host, pid, now - 60, now - heartbeat_age_s)
+    lease.path.parent.mkdir(parents=True, exist_ok=True)
+    lease.path.write_text(json.dumps(asdict(record)))
 
 
 def test_an_adopted_driver_that_fails_fails_the_try(operator, tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -132,3 +133,49 @@ def test_a_checkpoint_store_without_a_lease_implementation_is_named_not_written_
     assert Lease.unsupported_location(local) is None
     Lease(local, APP).acquire(log=print)
     assert (tmp_path / "ck" / APP / "lease.json").is_file()
+
+
+def test_a_frozen_jvm_keeps_the_heartbeat_and_leaves_the_last_progress(config):
+    """Progress is asked of the JVM apart from the heartbeat: a JVM that stops answering must show as
+    a live driver whose batches stand still (the watchdog's no-progress case), not as a dead one."""
+    from stream_pipelines.lease import LeaseKeeper
+
+    lease = Lease(config, APP)
+    record = lease.acquire(log=print)
+    frozen = threading.Event()
+    asks = []
+
+    def progress():
+        asks.append(time.time())
+        if frozen.is_set():
+            threading.Event().wait(30)  # the JVM does not answer
+        return {f"{APP}.archive": {"batch_id": len(asks)}}
+
+    keeper = LeaseKeeper(lease, record, 0.2).start()
+    keeper.follow(progress, on_lost=print)
+    try:
+        time.sleep(1.0)
+        frozen.set()
+        time.sleep(0.5)
+        stuck_at = lease.read().queries[f"{APP}.archive"]["batch_id"]
+        heartbeat = lease.read().heartbeat_at
+        time.sleep(2.5)
+        after = lease.read()
+        assert after.heartbeat_at > heartbeat + 1.5, "the heartbeat went on"
+        assert after.queries[f"{APP}.archive"]["batch_id"] == stuck_at, "the last progress stayed"
+        assert len(asks) <= stuck_at + 1, "one unanswered ask at a time"
+    finally:
+        keeper.stop()
+
+
+def test_a_crash_loop_keeps_only_the_last_few_stale_leases(config):
+    """Each takeover keeps the dead owner's lease aside for forensics, but a crash loop must not pile
+    one file per kill into the checkpoint folder."""
+    for _kill in range(6):
+        lease = Lease(config, APP)
+        record = lease.acquire(log=print)
+        record.pid = 2**22 + 4321  # killed: no such process
+        lease.path.write_text(json.dumps(record.__dict__))
+    Lease(config, APP).acquire(log=print)
+    kept = sorted(p.name for p in Lease(config, APP).path.parent.glob("lease.json.stale-*"))
+    assert len(kept) == 3, kept

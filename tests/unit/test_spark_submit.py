@@ -26,8 +26,9 @@ def fixed_tools(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(jvm, "spark_kafka_jars", lambda: list(KAFKA_JARS))
 
 
-def local_spark_conf() -> list[str]:
-    """--conf pairs for conf/local.yaml, in the order runtime.spark_conf lists them."""
+def local_spark_conf(scratch: Path | None = None) -> list[str]:
+    """--conf pairs for conf/local.yaml, in the order runtime.spark_conf lists them; an app's driver
+    also has its scratch folder."""
     settings = [
         "spark.sql.shuffle.partitions=4",
         "spark.sql.streaming.stateStore.providerClass="
@@ -44,6 +45,11 @@ def local_spark_conf() -> list[str]:
         f"spark.pyspark.driver.python={sys.executable}",
         "spark.jars=/jars/spark-sql-kafka.jar,/jars/kafka-clients.jar",
     ]
+    if scratch is not None:
+        settings += [
+            f"spark.local.dir={scratch}",
+            f"spark.driver.extraJavaOptions=-Djava.io.tmpdir={scratch}",
+        ]
     return [argument for setting in settings for argument in ("--conf", setting)]
 
 
@@ -72,7 +78,7 @@ def test_an_app_command_line():
         "client",
         "--name",
         "sensor_aggregation",
-        *local_spark_conf(),
+        *local_spark_conf(PROJECT_ROOT / "data" / "scratch" / "sensor_aggregation"),
         str(PROJECT_ROOT / "spark_apps" / "sensor_aggregation.py"),
         "--env",
         "local",
@@ -120,7 +126,8 @@ def test_an_app_reads_its_config_from_the_folder_the_launcher_read_it_from(reloc
         "client",
         "--name",
         "raw_archive",
-        *local_spark_conf(),
+        # Relative data paths, scratch included, resolve against the relocated conf folder's parent.
+        *local_spark_conf(relocated_conf.parent.resolve() / "data" / "scratch" / "raw_archive"),
         str(PROJECT_ROOT / "spark_apps" / "raw_archive.py"),
         "--env",
         "local",

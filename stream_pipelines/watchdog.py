@@ -1,0 +1,138 @@
+"""The liveness watchdog: is an app that is alive actually working?
+
+"The driver's pid exists" says nothing about a hung executor, a GC spiral or a ``SIGSTOP``: such an
+app keeps its supervisor task green forever. The supervisor follows the app's lease (which the driver
+renews on its own timer with each query's last batch and end offsets) and calls the app stuck when:
+
+- its heartbeat is fresh but a query's batch id has not moved for ``watchdog_triggers`` trigger
+  intervals (never less than ``watchdog_min_window``) while offsets wait in that query's source; an
+  idle source is not a stall, so the clock restarts whenever nothing waits;
+- or its heartbeat is stale (older than ``lease_timeout``) while the driver's process still exists.
+
+The verdict is a sentence for the task log and the restart's cause. What to do about it (a graceful
+stop, the drain timeout, then a kill of the driver's process group) is the supervisor's part.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from stream_pipelines.config import PipelineConfig
+from stream_pipelines.lease import LeaseRecord
+
+# What a query's sources still hold beyond its last batch: None when that cannot be told (no Kafka
+# offsets yet, or the broker did not answer), which never counts as waiting.
+WaitingOffsets = Callable[[Mapping[str, Mapping[str, int]]], int | None]
+
+
+@dataclass(frozen=True)
+class WatchdogSettings:
+    trigger_s: float
+    window_s: float
+    lease_timeout_s: float
+
+    @classmethod
+    def of(cls, config: PipelineConfig, app: str) -> WatchdogSettings:
+        from stream_pipelines.registry import app as declared_app
+
+        supervision = config.supervision
+        trigger_s = declared_app(app).trigger(config).seconds
+        return cls(
+            trigger_s=trigger_s,
+            window_s=max(supervision.watchdog_triggers * trigger_s, supervision.watchdog_min_window.seconds),
+            lease_timeout_s=supervision.lease_timeout.seconds,
+        )
+
+
+@dataclass
+class _QueryClock:
+    batch_id: Any
+    # The supervisor's own monotonic clock: the driver's clock may be on another host.
+    stalled_since: float
+
+
+class Watchdog:
+    """Fed the lease at each look; returns why the app is stuck, or None while it is fine."""
+
+    def __init__(self, settings: WatchdogSettings, waiting: WaitingOffsets) -> None:
+        self.settings = settings
+        self._waiting = waiting
+        self._clocks: dict[str, _QueryClock] = {}
+
+    def look(self, record: LeaseRecord, driver_exists: bool | None, now: float | None = None) -> str | None:
+        """``driver_exists``: whether the lease's pid runs (None when it is on another host)."""
+        now = time.monotonic() if now is None else now
+        if driver_exists is False:
+            # A dead driver's lease (a crash, or the one before a restart that has not taken over
+            # yet): nothing hangs, and the next owner's clocks start afresh.
+            self._clocks.clear()
+            return None
+        age = record.heartbeat_age()
+        if age >= self.settings.lease_timeout_s:
+            if driver_exists is None:
+                return None  # on another host: the supervisor can neither tell nor act
+            return (
+                f"heartbeat {age:.0f}s old (lease timeout {self.settings.lease_timeout_s:.0f}s) "
+                f"while the driver (pid {record.pid} on {record.host}) still exists"
+            )
+        for name, query in sorted(record.queries.items()):
+            stalled_for, waiting = self._stall(name, query, now)
+            if stalled_for is None or stalled_for < self.settings.window_s:
+                continue
+            triggers = int(stalled_for // self.settings.trigger_s)
+            return (
+                f"{name}: no progress for {triggers} triggers ({stalled_for:.0f}s, "
+                f"still at batch {query.get('batch_id')}) while {waiting:,} offsets wait"
+            )
+        return None
+
+    def _stall(self, name: str, query: Mapping[str, Any], now: float) -> tuple[float | None, int]:
+        """How long the query has had work waiting and no new batch, and how much waits."""
+        clock = self._clocks.get(name)
+        batch_id = query.get("batch_id")
+        if clock is None or clock.batch_id != batch_id:
+            self._clocks[name] = _QueryClock(batch_id, now)
+            return None, 0
+        waiting = self._waiting(query.get("end_offsets") or {})
+        if not waiting:
+            clock.stalled_since = now  # idle, or unknown: not a stall
+            return None, 0
+        return now - clock.stalled_since, waiting
+
+
+class KafkaBacklog:
+    """Offsets on the broker beyond a query's end offsets; one consumer, reused between looks."""
+
+    def __init__(self, config: PipelineConfig, timeout_s: float = 5.0) -> None:
+        self._client_config = config.kafka_client_config()
+        self._timeout_s = timeout_s
+        self._consumer: Any = None
+
+    def __call__(self, end_offsets: Mapping[str, Mapping[str, int]]) -> int | None:
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+        if not end_offsets:
+            return None
+        if self._consumer is None:
+            self._consumer = Consumer(
+                {**self._client_config, "group.id": "pipeline-watchdog", "enable.auto.commit": False}
+            )
+        waiting = 0
+        try:
+            for topic, partitions in end_offsets.items():
+                for partition, offset in partitions.items():
+                    _low, high = self._consumer.get_watermark_offsets(
+                        TopicPartition(topic, int(partition)), timeout=self._timeout_s
+                    )
+                    waiting += max(high - int(offset), 0)
+        except KafkaException:
+            return None  # a broker that does not answer says nothing about the app
+        return waiting
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None

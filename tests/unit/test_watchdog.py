@@ -1,0 +1,171 @@
+"""The liveness watchdog's verdicts, on the supervisor's clock: no JVM, no broker."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from stream_pipelines.config import load_config
+from stream_pipelines.control import ControlStore
+from stream_pipelines.lease import LeaseRecord
+from stream_pipelines.watchdog import Watchdog, WatchdogSettings
+
+QUERY = "raw_archive.archive"
+SETTINGS = WatchdogSettings(trigger_s=10, window_s=60, lease_timeout_s=45)
+
+
+def record(batch_id: int | None, *, heartbeat_age_s: float = 0.0, end: int = 100) -> LeaseRecord:
+    now = time.time()
+    return LeaseRecord(
+        owner="o",
+        host="h",
+        pid=123,
+        started_at=now - 600,
+        heartbeat_at=now - heartbeat_age_s,
+        queries={QUERY: {"batch_id": batch_id, "end_offsets": {"sensors": {"0": end}}}},
+    )
+
+
+class Broker:
+    """What the broker holds: the end offset of partition 0 (None: it does not answer)."""
+
+    def __init__(self, high: int | None) -> None:
+        self.high = high
+
+    def __call__(self, end_offsets) -> int | None:
+        if self.high is None or not end_offsets:
+            return None
+        return max(self.high - end_offsets["sensors"]["0"], 0)
+
+
+def test_no_progress_while_offsets_wait_is_stuck_after_the_window_and_says_how_much():
+    watchdog = Watchdog(SETTINGS, Broker(high=12_500))
+    assert watchdog.look(record(7), True, now=0) is None
+    assert watchdog.look(record(7), True, now=59) is None
+    verdict = watchdog.look(record(7), True, now=61)
+    assert verdict == f"{QUERY}: no progress for 6 triggers (61s, still at batch 7) while 12,400 offsets wait"
+
+
+def test_a_query_that_moves_is_never_stuck_however_much_waits():
+    watchdog = Watchdog(SETTINGS, Broker(high=1_000_000))
+    for step in range(20):
+        assert watchdog.look(record(step), True, now=step * 30.0) is None
+
+
+def test_an_idle_source_is_not_a_stall_and_the_clock_starts_when_data_arrives():
+    broker = Broker(high=100)  # nothing beyond the last batch
+    watchdog = Watchdog(SETTINGS, broker)
+    for moment in range(0, 600, 5):
+        assert watchdog.look(record(3), True, now=moment) is None
+    broker.high = 180  # data arrives after t=595; the batch id has not moved for ten minutes
+    assert watchdog.look(record(3), True, now=600) is None
+    assert watchdog.look(record(3), True, now=650) is None
+    assert "no progress for 6 triggers" in (watchdog.look(record(3), True, now=661) or "")
+
+
+def test_an_unreachable_broker_says_nothing_about_the_app():
+    watchdog = Watchdog(SETTINGS, Broker(high=None))
+    for moment in range(0, 600, 5):
+        assert watchdog.look(record(3), True, now=moment) is None
+
+
+def test_a_stale_heartbeat_is_stuck_only_while_the_driver_still_exists():
+    stale = record(3, heartbeat_age_s=50)
+    verdict = Watchdog(SETTINGS, Broker(100)).look(stale, True, now=0)
+    assert verdict is not None
+    assert verdict.startswith(
+        "heartbeat 50s old (lease timeout 45s) while the driver (pid 123 on h) still exists"
+    )
+    # Dead: a crash, which the lease reports by itself. On another host: nothing to tell or kill.
+    assert Watchdog(SETTINGS, Broker(100)).look(stale, False, now=0) is None
+    assert Watchdog(SETTINGS, Broker(100)).look(stale, None, now=0) is None
+
+
+def test_a_dead_drivers_lease_before_the_restart_takes_over_is_not_judged():
+    """A restarted try reads the dead driver's lease until the new one takes it: never a stall."""
+    watchdog = Watchdog(SETTINGS, Broker(high=10_000))
+    for moment in range(0, 300, 5):
+        assert watchdog.look(record(9), False, now=moment) is None
+    # The new owner resumes at the same batch id: its clock starts when it is first seen alive.
+    assert watchdog.look(record(9), True, now=300) is None
+    assert watchdog.look(record(9), True, now=350) is None
+
+
+def test_the_window_is_n_triggers_but_never_less_than_the_minimum(tmp_path: Path):
+    def settings(*extra: str) -> WatchdogSettings:
+        config = load_config("local", [f"paths.data_root={tmp_path}", *extra], environ={})
+        return WatchdogSettings.of(config, "raw_archive")
+
+    fast = settings("archive.trigger=1 seconds", "supervision.watchdog_triggers=6")
+    assert (fast.trigger_s, fast.window_s) == (1, 120)  # the 2-minute floor of conf/local.yaml
+    slow = settings("archive.trigger=1 minutes", "supervision.watchdog_triggers=4")
+    assert slow.window_s == 240
+    short = settings("archive.trigger=2 seconds", "supervision.watchdog_min_window=5 seconds")
+    assert short.window_s == 12
+
+
+def test_a_watchdog_count_below_one_is_a_config_error(tmp_path: Path):
+    from stream_pipelines.config import ConfigError
+
+    with pytest.raises(ConfigError, match="watchdog_triggers"):
+        load_config("local", [f"paths.data_root={tmp_path}", "supervision.watchdog_triggers=0"], environ={})
+
+
+def test_watchdog_restarts_are_counted_with_the_last_reason(tmp_path: Path):
+    store = ControlStore(load_config("local", [f"paths.data_root={tmp_path}"], environ={}))
+    assert store.watchdog_restarts("raw_archive") == 0
+    store.record_watchdog_restart("raw_archive", "first")
+    assert store.record_watchdog_restart("raw_archive", "no progress for 6 triggers") == 2
+    assert store.watchdog_restarts("raw_archive") == 2
+
+
+def test_the_lease_carries_each_querys_kafka_end_offsets_for_the_watchdog():
+    """From ``lastProgress`` as PySpark builds it (``fromJson``, whose offsets are Python reprs)."""
+    from pyspark.sql.streaming.listener import StreamingQueryProgress
+
+    from stream_pipelines.lifecycle import query_progress
+
+    def source(end: object) -> dict:
+        return {
+            "description": "a source",
+            "startOffset": None,
+            "endOffset": end,
+            "latestOffset": end,
+            "numInputRows": 1,
+            "inputRowsPerSecond": 0.0,
+            "processedRowsPerSecond": 0.0,
+            "metrics": {},
+        }
+
+    reported = {
+        "id": "8b1ab1d8-7d3c-4b0e-9f55-2f0d7c1c1d11",
+        "runId": "5d6b1d2c-0c59-4d4f-8a7c-1d2f3e4a5b6c",
+        "name": QUERY,
+        "timestamp": "2026-11-24T03:14:32.421Z",
+        "batchId": 4,
+        "batchDuration": 100,
+        "numInputRows": 10,
+        "inputRowsPerSecond": 0.0,
+        "processedRowsPerSecond": 0.0,
+        "durationMs": {},
+        "eventTime": {},
+        "stateOperators": [],
+        "sources": [
+            source({"sensors": {"0": 5, "1": 7}}),
+            source({"clicks": {"2": 9}}),
+            source({"logOffset": 3}),  # a files source: no Kafka offsets
+            source(None),
+        ],
+        "sink": {"description": "a sink", "numOutputRows": 1, "metrics": {}},
+        "observedMetrics": {},
+    }
+
+    class Query:
+        name, isActive = QUERY, True
+        lastProgress = StreamingQueryProgress.fromJson(reported)
+
+    progress = query_progress([Query()])  # type: ignore[list-item]
+    assert progress[QUERY]["batch_id"] == 4
+    assert progress[QUERY]["end_offsets"] == {"sensors": {"0": 5, "1": 7}, "clicks": {"2": 9}}
