@@ -79,13 +79,14 @@ STACK_SETTINGS = (
     "supervision.retry_delay=2 seconds",
     "supervision.max_retry_delay=10 seconds",
     "supervision.heartbeat_interval=2 seconds",
-    "supervision.lease_timeout=10 seconds",
+    # 10 heartbeats: a loaded 2-core machine delays renewals by several seconds.
+    "supervision.lease_timeout=20 seconds",
     "supervision.drain_timeout=15 seconds",
     "supervision.poll_interval=5 seconds",
     "supervision.max_restarts=50",
 )
 # The watchdog's settings, where this code has a watchdog (older code refuses unknown keys).
-WATCHDOG_SETTINGS = {"watchdog_triggers": "5", "watchdog_min_window": "20 seconds"}
+WATCHDOG_SETTINGS = {"watchdog_triggers": "5", "watchdog_min_window": "30 seconds"}
 AIRFLOW_COMPONENTS = ("airflow-api-server", "airflow-scheduler", "airflow-dag-processor")
 
 
@@ -267,7 +268,7 @@ class Stack:
         return bool(self.watchdog_overrides())
 
     def watchdog_window_s(self) -> float:
-        """How long a frozen driver goes unnoticed at most: the window, plus a lease timeout of slack."""
+        """The watchdog's window: no progress for this long while offsets wait is a stall."""
         settings = self.config.supervision
         if not self.has_watchdog:
             return 20.0
@@ -448,7 +449,11 @@ def run_app_task(home: Path, app: str) -> dict[str, Any] | None:
 class TaskLogs:
     """Counts the supervisor's own log lines in the task logs, read incrementally."""
 
-    PATTERNS = {"adoptions": r"^adopting {app}:", "watchdog": r"^watchdog:", "starts": r"^starting {app} on "}
+    PATTERNS = {
+        "adoptions": r"^adopting {app}:",
+        "watchdog": r"^watchdog: {app} is stuck:",
+        "starts": r"^starting {app} on ",
+    }
 
     def __init__(self, home: Path, apps: Sequence[str]) -> None:
         self.home, self.apps = home, tuple(apps)
