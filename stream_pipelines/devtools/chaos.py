@@ -86,7 +86,9 @@ STACK_SETTINGS = (
     "supervision.max_restarts=50",
 )
 # The watchdog's settings, where this code has a watchdog (older code refuses unknown keys).
-WATCHDOG_SETTINGS = {"watchdog_triggers": "5", "watchdog_min_window": "30 seconds"}
+# The window as shipped (2 minutes): a shorter one calls the stateful apps' slow first batches on a loaded
+# 2-core machine hangs and kills them in a loop.
+WATCHDOG_SETTINGS = {"watchdog_triggers": "5", "watchdog_min_window": "2 minutes"}
 AIRFLOW_COMPONENTS = ("airflow-api-server", "airflow-scheduler", "airflow-dag-processor")
 
 
@@ -668,7 +670,7 @@ class Chaos:
 
     def _driver_freeze(self, app: str, result: FaultResult) -> str:
         pid = self._driver(app)
-        hold_s = self.stack.watchdog_window_s() + 10
+        hold_s = self.stack.watchdog_window_s() + 30
         os.kill(pid, signal.SIGSTOP)
         say(f"fault    driver-freeze     {app}: SIGSTOP of driver JVM pid {pid}, SIGCONT in {hold_s:.0f}s")
         time.sleep(hold_s)
