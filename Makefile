@@ -7,7 +7,7 @@ export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(BIN)/python
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: help setup lock demo test test-deps up down status standalone-start standalone-stop standalone-status test-fast lint format broker-start broker-stop broker-status bench-ingest bench-streaming bench-metrics bench-reconcile clean
+.PHONY: help setup lock demo chaos test test-deps up down status standalone-start standalone-stop standalone-status test-fast lint format broker-start broker-stop broker-status bench-ingest bench-streaming bench-metrics bench-reconcile clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -20,6 +20,9 @@ lock:  ## recompile requirements.lock from requirements.in
 
 demo: setup  ## the main job on the embedded local default: broker, events, apps, summary
 	$(BIN)/pipelinectl demo
+
+chaos: setup  ## fault injection on a private stack: 20 random faults, then exactly-once checks (CHAOS_ARGS=--faults 20 --seed 7)
+	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(BIN)/python -m stream_pipelines.devtools.chaos $(CHAOS_ARGS)
 
 test-deps:  ## servers the tests start that come from Debian: prometheus and promtool
 	@infra/scripts/install_prometheus.sh

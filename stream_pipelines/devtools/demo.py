@@ -22,6 +22,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -210,6 +211,11 @@ def _kill_and_measure_restart(config: PipelineConfig, supervisors: dict[str, sub
 
 
 def _caught_up(config: PipelineConfig, records: list) -> bool:
+    return caught_up(config)
+
+
+def topic_ends(config: PipelineConfig) -> dict[tuple[str, str], int]:
+    """(topic, partition as text) -> the next offset to be written, for every input topic."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({**config.kafka_client_config(), "group.id": "demo-progress"})
@@ -222,7 +228,13 @@ def _caught_up(config: PipelineConfig, records: list) -> bool:
                 )[1]
     finally:
         consumer.close()
-    for app in APPS.values():
+    return ends
+
+
+def caught_up(config: PipelineConfig, apps: Sequence[str] = APP_NAMES) -> bool:
+    """Whether every query of those apps has committed a batch that reaches the end of its topics."""
+    ends = topic_ends(config)
+    for app in (APPS[name] for name in apps):
         topics = app.source_topic_names(config)
         for query in app.query_names:
             commits = _committed(config, app.name, query)
@@ -237,6 +249,79 @@ def _caught_up(config: PipelineConfig, records: list) -> bool:
             if any(done.get(key, -1) < end for key, end in ends.items() if key[0] in topics):
                 return False
     return True
+
+
+def produced_offsets(config: PipelineConfig, timeout_s: float = 120) -> dict[tuple[str, int], list[int]]:
+    """Every offset that holds a record in the input topics, read back from the broker."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    ends = {key: end for key, end in topic_ends(config).items() if end > 0}
+    consumer = Consumer(
+        {**config.kafka_client_config(), "group.id": "demo-verify", "enable.auto.commit": False}
+    )
+    found: dict[tuple[str, int], list[int]] = {(topic, int(p)): [] for topic, p in ends}
+    try:
+        consumer.assign([TopicPartition(topic, int(p), 0) for topic, p in ends])
+        pending = {(topic, int(p)): end for (topic, p), end in ends.items()}
+        deadline = time.monotonic() + timeout_s
+        while pending and time.monotonic() < deadline:
+            for message in consumer.consume(1000, timeout=1):
+                if message.error():
+                    continue
+                key = (message.topic(), message.partition())
+                found[key].append(message.offset())
+                if message.offset() >= pending.get(key, 0) - 1:
+                    pending.pop(key, None)
+        if pending:
+            raise RuntimeError(
+                f"could not read the topics back to their ends within {timeout_s:.0f}s: {pending}"
+            )
+    finally:
+        consumer.close()
+    return found
+
+
+@dataclass(frozen=True)
+class ArchiveCheck:
+    """The archive against what the topics hold: every offset exactly once, no gap."""
+
+    produced: int
+    archived: int
+    lost: list[tuple[str, int, int]]
+    duplicated: list[tuple[str, int, int, int]]
+    unexpected: list[tuple[str, int, int]]
+
+    @property
+    def exactly_once(self) -> bool:
+        return not (self.lost or self.duplicated or self.unexpected)
+
+    def describe(self) -> str:
+        verdict = "exactly once, no gap" if self.exactly_once else "MISMATCH"
+        return (
+            f"produced {self.produced}, archived {self.archived} rows: {len(self.lost)} lost, "
+            f"{len(self.duplicated)} duplicated, {len(self.unexpected)} not in the topics ({verdict})"
+        )
+
+
+def check_archive(spark, config: PipelineConfig, produced: dict[tuple[str, int], list[int]]) -> ArchiveCheck:
+    """Each produced (topic, partition, offset) in the archive exactly once, and nothing else in it."""
+    from pyspark.sql import functions as F
+
+    archive = spark.read.parquet(registry.ARCHIVE.location(config))
+    counts = {
+        (row["topic"], row["partition"], row["offset"]): row["n"]
+        for row in archive.groupBy("topic", "partition", "offset").agg(F.count("*").alias("n")).collect()
+    }
+    expected = {
+        (topic, partition, offset) for (topic, partition), offsets in produced.items() for offset in offsets
+    }
+    return ArchiveCheck(
+        produced=len(expected),
+        archived=sum(counts.values()),
+        lost=sorted(expected - counts.keys()),
+        duplicated=sorted((*key, n) for key, n in counts.items() if n > 1),
+        unexpected=sorted(counts.keys() - expected),
+    )
 
 
 def _scrape(config: PipelineConfig, app: str) -> dict[str, float]:
@@ -281,12 +366,8 @@ def _report(
             return 0
 
     say("what happened")
-    archive = spark.read.parquet(registry.ARCHIVE.location(config))
-    distinct = archive.select("topic", "partition", "offset").distinct().count()
-    print(
-        f"    raw_archive         in {len(records):>7}   archived {archive.count():>7} "
-        f"({distinct} distinct coordinates: {'exactly once' if distinct == len(records) else 'MISMATCH'})"
-    )
+    archived = check_archive(spark, config, produced_offsets(config))
+    print(f"    raw_archive         in {len(records):>7}   {archived.describe()}")
     print(
         f"    sensor_aggregation  in {by_topic.get(topics.sensors.name, 0):>7}   "
         f"tumbling windows {rows(registry.SENSOR_WINDOWS.location(config)):>5}   "
@@ -348,12 +429,18 @@ def _report(
 
 def _reconcile(config: PipelineConfig, spark, records: list):
     """The nightly job over the demo's event day(s), without Airflow, and its summary."""
+    days = sorted({r.event_time.date() for r in records if r.event_time is not None})
+    return reconcile_day(config, spark, days[-1])
+
+
+def reconcile_day(config: PipelineConfig, spark, day):
+    """The nightly job over one event day, without Airflow: the exact recompute from the archive against
+    the streams' outputs, with the batch log explaining differences. Prints a summary, returns the result."""
     from stream_pipelines.reconciliation.job import progress_printer, run_reconciliation
 
-    days = sorted({r.event_time.date() for r in records if r.event_time is not None})
-    say(f"nightly reconciliation over event day {days[-1]} (exact recompute from the raw archive)")
+    say(f"nightly reconciliation over event day {day} (exact recompute from the raw archive)")
     result = run_reconciliation(
-        config, days[-1], spark=spark, fail_on_unexplained=False, progress=progress_printer()
+        config, day, spark=spark, fail_on_unexplained=False, progress=progress_printer()
     )
     verdicts: dict[str, int] = {}
     for diff in [*result.diffs, *result.match_diffs]:

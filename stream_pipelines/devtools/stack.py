@@ -82,30 +82,36 @@ def airflow_components(port: int = AIRFLOW_PORT) -> list[Component]:
     ]
 
 
+def generator_component(
+    seed: int, *, rate: float = 5, ad_rate: float = 2, duration_s: int = 86400
+) -> Component:
+    """The live generator: events stamped now, sent at the pace of event time."""
+    return Component(
+        "generator",
+        [
+            str(Path(sys.executable).parent / "pipelinectl"),
+            "produce",
+            "--realtime",
+            "--start",
+            "now",
+            "--duration",
+            str(duration_s),
+            "--rate",
+            str(rate),
+            "--ad-rate",
+            str(ad_rate),
+            "--seed",
+            str(seed),
+        ],
+    )
+
+
 def components(config: PipelineConfig) -> list[Component]:
-    bin_dir = Path(sys.executable).parent
     found = [
         *airflow_components(),
-        Component(
-            "generator",
-            [
-                str(bin_dir / "pipelinectl"),
-                "produce",
-                "--realtime",
-                "--start",
-                "now",
-                "--duration",
-                "86400",
-                "--rate",
-                "5",
-                "--ad-rate",
-                "2",
-                # Event ids are "<kind>-<seed>-<n>": a fixed seed would give a restarted stack the ids
-                # of the events it already produced today, and the nightly would count them as one.
-                "--seed",
-                str(int(time.time())),
-            ],
-        ),
+        # Event ids are "<kind>-<seed>-<n>": a fixed seed would give a restarted stack the ids of the
+        # events it already produced today, and the nightly would count them as one.
+        generator_component(int(time.time())),
     ]
     monitoring = PROJECT_ROOT / "monitoring"
     prometheus = shutil.which("prometheus")

@@ -1,0 +1,1086 @@
+"""`make chaos`: faults injected at random into a private copy of the local stack, then a verification.
+
+The stack is the one `make up` starts (Kafka broker, Airflow api-server, scheduler and dag-processor
+with the LocalExecutor, the supervisor DAGs of the chosen apps unpaused, the live generator), in its own
+data root and on free ports, with short supervision timings. While the generator produces, it injects
+faults drawn at random (seeded) from five classes:
+
+- ``driver-kill``: kill -9 of an app's driver process group (the spark-submit JVM and its Python);
+- ``runner-kill``: kill -9 of the Airflow task runner above spark-submit (the task is retried and must
+  adopt the orphaned driver, not start a second one);
+- ``scheduler-restart``: the scheduler stopped (SIGTERM to its group) and started again;
+- ``driver-freeze``: SIGSTOP of a driver JVM for longer than the supervisor's watchdog window, then
+  SIGCONT (the watchdog must stop it and the supervisor restart it from its checkpoint);
+- ``broker-restart``: the Kafka broker stopped (controlled shutdown) and started again.
+
+After each fault it waits until the app has recovered (a batch committed after the fault, one driver,
+its supervisor task running), with a timeout that counts as a failure to recover, then a small random
+gap. A thread samples the process table every second and counts the drivers of each app (a live
+process naming the app's entry script whose parent does not; zombies ignored).
+
+At the end it stops the generator, lets the apps drain to the end of the topics, stops them gracefully
+and verifies: the archive holds every produced offset exactly once, with no gap; the sensor and ad
+outputs equal an exact recompute from the archive except where the batch log explains a difference
+(the nightly reconciliation, when both of those apps ran); never more than one driver per app. It
+prints a table per fault class (count, seconds from the fault to the next committed batch, restarts,
+adoptions, watchdog kills) and writes everything to a JSON file. Exit 0 only when all of it holds.
+
+    python -m stream_pipelines.devtools.chaos --faults 20 --seed 7          (make chaos CHAOS_ARGS=...)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import sqlite3
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from stream_pipelines.config import PROJECT_ROOT, PipelineConfig, load_config
+from stream_pipelines.devtools.processes import alive, descendants, parent_pid, stop_process_group
+from stream_pipelines.registry import APP_NAMES, APPS
+
+DEFAULT_ROOT = PROJECT_ROOT / "data" / "chaos"
+ROOT_MARKER = ".chaos-root"
+FAULT_CLASSES = ("driver-kill", "runner-kill", "scheduler-restart", "driver-freeze", "broker-restart")
+FAULT_LABELS = {
+    "driver-kill": "kill -9 of a driver's process group",
+    "runner-kill": "kill -9 of the task runner above spark-submit",
+    "scheduler-restart": "restart of the scheduler",
+    "driver-freeze": "SIGSTOP of a driver JVM past the watchdog window, then SIGCONT",
+    "broker-restart": "restart of the Kafka broker",
+}
+APP_FAULTS = {"driver-kill", "runner-kill", "driver-freeze"}
+TRIGGER_S = 3
+# Short supervision timings, so that 20 faults fit in half an hour; the guard must not trip during them.
+STACK_SETTINGS = (
+    "kafka.max_offsets_per_trigger=5000",
+    f"archive.trigger={TRIGGER_S} seconds",
+    f"sensors.trigger={TRIGGER_S} seconds",
+    f"ads.trigger={TRIGGER_S} seconds",
+    "spark.shuffle_partitions=2",
+    "spark.driver_memory=1g",
+    "metrics.enabled=false",
+    "supervision.retry_delay=2 seconds",
+    "supervision.max_retry_delay=10 seconds",
+    "supervision.heartbeat_interval=2 seconds",
+    # 10 heartbeats: a loaded 2-core machine delays renewals by several seconds.
+    "supervision.lease_timeout=20 seconds",
+    "supervision.drain_timeout=15 seconds",
+    "supervision.poll_interval=5 seconds",
+    "supervision.max_restarts=50",
+)
+# The watchdog's settings, where this code has a watchdog (older code refuses unknown keys).
+# The window as shipped (2 minutes): a shorter one calls the stateful apps' slow first batches on a loaded
+# 2-core machine hangs and kills them in a loop.
+WATCHDOG_SETTINGS = {"watchdog_triggers": "5", "watchdog_min_window": "2 minutes"}
+AIRFLOW_COMPONENTS = ("airflow-api-server", "airflow-scheduler", "airflow-dag-processor")
+
+
+def say(message: str) -> None:
+    print(f"[{datetime.now().strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+# --------------------------------------------------------------------------- the process table
+
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    ppid: int
+    state: str
+    argv: tuple[str, ...]
+
+
+def process_table() -> dict[int, Proc]:
+    table: dict[int, Proc] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
+            argv = tuple(
+                a for a in (entry / "cmdline").read_bytes().decode(errors="replace").split("\0") if a
+            )
+        except OSError:
+            continue
+        table[int(entry.name)] = Proc(int(entry.name), int(stat[1]), stat[0], argv)
+    return table
+
+
+def drivers_in(table: dict[int, Proc], apps: Sequence[str], root: Path | None = None) -> dict[str, list[int]]:
+    """Per app, its drivers: live processes naming its entry script whose parent does not name it (the
+    spark-submit JVM, whose Python child is the same driver; an orphaned Python alone counts too). With
+    ``root``, only those of the stack with that data root (other stacks and tests may run the same app)."""
+    found: dict[str, list[int]] = {}
+    for app in apps:
+        script = APPS[app].entry_point
+        naming = {
+            pid
+            for pid, proc in table.items()
+            if proc.state != "Z" and script in proc.argv and (root is None or of_stack(pid, root))
+        }
+        found[app] = sorted(pid for pid in naming if table[pid].ppid not in naming)
+    return found
+
+
+def of_stack(pid: int, root: Path) -> bool:
+    """Whether the process runs with the stack's data root in its environment (all it starts does)."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return f"PIPELINE__PATHS__DATA_ROOT={root}\0".encode() in environ
+
+
+class DriverSampler:
+    """Samples the process table every second in a thread; counts drivers per app."""
+
+    def __init__(self, apps: Sequence[str], root: Path, interval_s: float = 1.0) -> None:
+        self.apps, self.root = tuple(apps), root
+        self.interval_s = interval_s
+        self.samples = 0
+        self.max_drivers = dict.fromkeys(self.apps, 0)
+        self.violations: list[dict[str, Any]] = []
+        # pid -> app, first and last seen (wall clock), its command line's head
+        self.seen: dict[int, dict[str, Any]] = {}
+        self.current: dict[str, list[int]] = {app: [] for app in self.apps}
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="driver-sampler", daemon=True)
+
+    def start(self) -> DriverSampler:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stopping.wait(self.interval_s):
+            self.sample()
+
+    def sample(self) -> dict[str, list[int]]:
+        table = process_table()
+        found = drivers_in(table, self.apps, self.root)
+        now = time.time()
+        with self._lock:
+            self.samples += 1
+            self.current = found
+            for app, pids in found.items():
+                self.max_drivers[app] = max(self.max_drivers[app], len(pids))
+                if len(pids) > 1:
+                    self.violations.append(
+                        {
+                            "at": datetime.fromtimestamp(now, UTC).isoformat(),
+                            "app": app,
+                            "drivers": {pid: " ".join(table[pid].argv)[:300] for pid in pids},
+                            "states": {pid: table[pid].state for pid in pids},
+                        }
+                    )
+                for pid in pids:
+                    # A spark-submit (bash, then the same pid exec'd into the JVM), or a Python driver
+                    # left on its own when its JVM died.
+                    kind = "python" if Path(table[pid].argv[0]).name.startswith("python") else "spark-submit"
+                    record = self.seen.setdefault(
+                        pid, {"app": app, "first_seen": now, "ppid": table[pid].ppid, "kind": kind}
+                    )
+                    record["last_seen"] = now
+        return found
+
+    def drivers(self, app: str) -> list[int]:
+        with self._lock:
+            return list(self.current.get(app, []))
+
+    def first_seen(self, pid: int) -> float:
+        with self._lock:
+            return self.seen.get(pid, {}).get("first_seen", time.time())
+
+    def driver_pids(self, app: str, launches_only: bool = False) -> set[int]:
+        """Every driver of the app seen so far; with ``launches_only``, the spark-submits only."""
+        with self._lock:
+            return {
+                pid
+                for pid, record in self.seen.items()
+                if record["app"] == app and not (launches_only and record["kind"] != "spark-submit")
+            }
+
+
+# --------------------------------------------------------------------------- the private stack
+
+
+@dataclass
+class Stack:
+    """A private copy of the local stack: its own data root, ports and Airflow home."""
+
+    root: Path
+    apps: tuple[str, ...]
+    seed: int
+    rate: float
+    ad_rate: float
+    extra: tuple[str, ...] = ()
+    airflow_port: int = field(default_factory=free_port)
+    broker_port: int = field(default_factory=free_port)
+    controller_port: int = field(default_factory=free_port)
+
+    def __post_init__(self) -> None:
+        self.overrides = [
+            f"paths.data_root={self.root}",
+            f"broker.port={self.broker_port}",
+            f"broker.controller_port={self.controller_port}",
+            f"kafka.bootstrap_servers=127.0.0.1:{self.broker_port}",
+            *STACK_SETTINGS,
+            *self.watchdog_overrides(),
+            *self.extra,
+        ]
+        self.config = load_config("local", self.overrides)
+
+    @staticmethod
+    def watchdog_overrides() -> list[str]:
+        from stream_pipelines.config import SupervisionSettings
+
+        fields = SupervisionSettings.model_fields
+        return [f"supervision.{key}={value}" for key, value in WATCHDOG_SETTINGS.items() if key in fields]
+
+    @property
+    def has_watchdog(self) -> bool:
+        return bool(self.watchdog_overrides())
+
+    def watchdog_window_s(self) -> float:
+        """The watchdog's window: no progress for this long while offsets wait is a stall."""
+        settings = self.config.supervision
+        if not self.has_watchdog:
+            return 20.0
+        triggers = getattr(settings, "watchdog_triggers", 5) * TRIGGER_S
+        return max(triggers, settings.watchdog_min_window.seconds)
+
+    # ---- environment and components
+
+    def environment(self) -> dict[str, str]:
+        from stream_pipelines.devtools.stack import airflow_environment
+
+        environment = airflow_environment(self.config, self.airflow_port)
+        environment.update(
+            {
+                # The code of this checkout, in every process the stack starts (tasks, drivers included).
+                "PYTHONPATH": os.pathsep.join(
+                    p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")) if p
+                ),
+                # Only the supervisors of the chosen apps run: everything else stays paused.
+                "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+                "AIRFLOW__API__WORKERS": "1",
+                "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
+            }
+        )
+        for item in self.overrides:
+            key, _, value = item.partition("=")
+            environment["PIPELINE__" + key.replace(".", "__").upper()] = value
+        return environment
+
+    def airflow_home(self) -> Path:
+        return Path(self.environment()["AIRFLOW_HOME"])
+
+    def components(self) -> dict[str, Any]:
+        from stream_pipelines.devtools.stack import airflow_components, generator_component
+
+        found = {c.name: c for c in airflow_components(self.airflow_port) if c.name in AIRFLOW_COMPONENTS}
+        found["generator"] = generator_component(
+            self.seed, rate=self.rate, ad_rate=self.ad_rate, duration_s=21600
+        )
+        return found
+
+    def start_component(self, name: str) -> int:
+        from stream_pipelines.devtools.stack import start_component
+
+        return start_component(self.config, self.components()[name], self.environment())
+
+    def pid(self, name: str) -> int | None:
+        from stream_pipelines.devtools.stack import stack_dir
+
+        try:
+            pid = int((stack_dir(self.config) / f"{name}.pid").read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        return pid if alive(pid) else None
+
+    def airflow(self, *args: str, timeout_s: float = 300) -> subprocess.CompletedProcess:
+        airflow = str(Path(sys.executable).parent / "airflow")
+        return subprocess.run(
+            [airflow, *args],
+            env=self.environment(),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+
+    def broker(self):
+        from stream_pipelines.devtools.broker import LocalBroker
+
+        return LocalBroker(self.config)
+
+    # ---- up and down
+
+    def up(self) -> None:
+        from stream_pipelines.devtools.stack import migrate_airflow_db
+        from stream_pipelines.topics import ensure_topics
+
+        if self.root.exists():
+            if not (self.root / ROOT_MARKER).exists() and any(self.root.iterdir()):
+                raise SystemExit(
+                    f"chaos: {self.root} is not empty and not a chaos root; choose another --root"
+                )
+            shutil.rmtree(self.root)
+        self.root.mkdir(parents=True)
+        (self.root / ROOT_MARKER).write_text("a private stack of `make chaos`; deleted at its next run\n")
+        say(
+            f"private stack in {self.root}: broker on 127.0.0.1:{self.broker_port}, "
+            f"Airflow on :{self.airflow_port}"
+        )
+        self.broker().start()
+        ensure_topics(self.config)
+        failure = migrate_airflow_db(self.environment())
+        if failure:
+            raise SystemExit(f"chaos: `airflow db migrate` failed:\n{failure}")
+        reserialized = self.airflow("dags", "reserialize")
+        if reserialized.returncode != 0:
+            raise SystemExit(f"chaos: `airflow dags reserialize` failed:\n{reserialized.stderr[-3000:]}")
+        for app in self.apps:
+            unpaused = self.airflow("dags", "unpause", f"supervise_{app}")
+            if unpaused.returncode != 0:
+                raise SystemExit(f"chaos: unpausing supervise_{app} failed:\n{unpaused.stderr[-3000:]}")
+        say(
+            f"supervisors unpaused: {', '.join(f'supervise_{app}' for app in self.apps)} "
+            "(the other DAGs stay paused)"
+        )
+        pid = self.start_component("generator")
+        say(
+            f"live generator producing (pid {pid}, seed {self.seed}, {self.rate}/s sensor readings, "
+            f"{self.ad_rate}/s ads)"
+        )
+        for name in AIRFLOW_COMPONENTS:
+            self.start_component(name)
+        say("Airflow started: " + ", ".join(f"{name} pid {self.pid(name)}" for name in AIRFLOW_COMPONENTS))
+
+    def stop_airflow(self) -> None:
+        from stream_pipelines.devtools.processes import stop_processes
+        from stream_pipelines.devtools.stack import stop_components
+
+        below = stop_components(self.config, ["generator", *reversed(AIRFLOW_COMPONENTS)])
+        left = stop_processes(below)
+        if left:
+            say(f"{left} process(es) left behind by Airflow tasks: stopped")
+
+    def down(self) -> None:
+        """Everything this stack started, whatever state it is in."""
+        with contextlib.suppress(Exception):
+            self.stop_airflow()
+        for app, pids in drivers_in(process_table(), APP_NAMES, self.root).items():
+            for pid in pids:
+                for target in (pid, *descendants(pid)):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(target, signal.SIGCONT)
+                        os.kill(target, signal.SIGKILL)
+                say(f"{app}: driver pid {pid} killed at tear-down")
+        with contextlib.suppress(Exception):
+            self.broker().stop()
+
+
+# --------------------------------------------------------------------------- observations
+
+
+def commit_times(config: PipelineConfig, app: str) -> dict[str, list[float]]:
+    """Per query of the app, when each of its commits was written (epoch seconds, ascending)."""
+    found = {}
+    for query in APPS[app].query_names:
+        commits = Path(config.checkpoint_dir(app, query)) / "commits"
+        times = []
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(commits):
+                if entry.name.isdigit():
+                    with contextlib.suppress(FileNotFoundError):
+                        times.append(entry.stat().st_mtime)
+        found[query] = sorted(times)
+    return found
+
+
+def committed_since(config: PipelineConfig, app: str, moment: float) -> float | None:
+    """When every query of the app had committed its first batch after ``moment``; None until then."""
+    firsts = [next((t for t in times if t > moment), None) for times in commit_times(config, app).values()]
+    return None if None in firsts else max(firsts)
+
+
+def run_app_task(home: Path, app: str) -> dict[str, Any] | None:
+    """The newest try of the app's run_app task: run id, state, try number, id."""
+    database = home / "airflow.db"
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=10)) as db:
+            row = db.execute(
+                "select run_id, state, try_number, id from task_instance "
+                "where dag_id = ? and task_id = 'run_app' order by start_date desc limit 1",
+                (f"supervise_{app}",),
+            ).fetchone()
+    except sqlite3.Error:
+        return None
+    return dict(zip(("run_id", "state", "try_number", "id"), row, strict=True)) if row else None
+
+
+class TaskLogs:
+    """Counts the supervisor's own log lines in the task logs, read incrementally."""
+
+    PATTERNS = {
+        "adoptions": r"^adopting {app}:",
+        "watchdog": r"^watchdog: {app} is stuck:",
+        "starts": r"^starting {app} on ",
+    }
+
+    def __init__(self, home: Path, apps: Sequence[str]) -> None:
+        self.home, self.apps = home, tuple(apps)
+        self.offsets: dict[Path, int] = {}
+        self.counts = {app: dict.fromkeys(self.PATTERNS, 0) for app in self.apps}
+        self.lines: dict[str, list[str]] = {app: [] for app in self.apps}
+
+    def refresh(self) -> dict[str, dict[str, int]]:
+        for app in self.apps:
+            folder = self.home / "logs" / f"dag_id=supervise_{app}"
+            for path in sorted(folder.glob("run_id=*/task_id=run_app/*.log")):
+                start = self.offsets.get(path, 0)
+                with path.open("rb") as handle:
+                    handle.seek(start)
+                    chunk = handle.read()
+                complete = chunk.rfind(b"\n") + 1
+                self.offsets[path] = start + complete
+                for raw in chunk[:complete].decode(errors="replace").splitlines():
+                    self._count(app, raw)
+        return {app: dict(counts) for app, counts in self.counts.items()}
+
+    def _count(self, app: str, raw: str) -> None:
+        text = raw
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            text = str(json.loads(raw).get("event", raw))
+        for name, pattern in self.PATTERNS.items():
+            if re.match(pattern.format(app=re.escape(app)), text):
+                self.counts[app][name] += 1
+                self.lines[app].append(text[:300])
+
+
+# --------------------------------------------------------------------------- faults
+
+
+@dataclass
+class FaultResult:
+    number: int
+    fault: str
+    target: str
+    at: str
+    recovered: bool = False
+    next_batch_s: float | None = None
+    restarts: int = 0
+    adoptions: int = 0
+    watchdog_kills: int = 0
+    new_drivers: int = 0
+    # runner-kill: the supervisor task's try before the fault and once it followed the driver again, and
+    # the drivers started in between (an adoption starts none).
+    task_before: dict[str, Any] | None = None
+    task_after: dict[str, Any] | None = None
+    spark_submits_until_adopted: int | None = None
+    expectations: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.recovered and not self.expectations
+
+
+class Chaos:
+    def __init__(
+        self, stack: Stack, *, recover_timeout_s: float, stop_orphans: bool, rng: random.Random
+    ) -> None:
+        self.stack = stack
+        self.config = stack.config
+        self.home = stack.airflow_home()
+        self.recover_timeout_s = recover_timeout_s
+        self.stop_orphans = stop_orphans
+        self.rng = rng
+        self.sampler = DriverSampler(stack.apps, stack.root)
+        self.logs = TaskLogs(self.home, stack.apps)
+        self.results: list[FaultResult] = []
+
+    # ---- waiting
+
+    def wait(self, condition: Callable[[], bool], timeout_s: float, poll_s: float = 0.5) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if condition():
+                return True
+            time.sleep(poll_s)
+        return condition()
+
+    def healthy(self, app: str, since: float = 0.0) -> bool:
+        """One driver that has committed since it started, its supervisor's task running, and a batch of
+        every query committed since ``since``."""
+        drivers = self.sampler.drivers(app)
+        if len(drivers) != 1:
+            return False
+        task = run_app_task(self.home, app)
+        if not task or task["state"] != "running":
+            return False
+        started = self.sampler.first_seen(drivers[0])
+        return committed_since(self.config, app, max(since, started)) is not None
+
+    def wait_first_batches(self, timeout_s: float = 900) -> None:
+        say("waiting for every app's first committed batches")
+        started = time.time()
+        for app in self.stack.apps:
+            if not self.wait(lambda app=app: self.healthy(app, started - 1), timeout_s):
+                raise SystemExit(
+                    f"chaos: {app} did not start and commit within {timeout_s:.0f}s; see {self.home / 'logs'}"
+                )
+            say(f"{app}: running (driver pid {self.sampler.drivers(app)[0]}), batches committing")
+
+    # ---- the injections
+
+    def inject(self, number: int, fault: str, app: str | None) -> FaultResult:
+        scope = [app] if app else list(self.stack.apps)
+        for name in scope:
+            if not self.wait(lambda name=name: self.healthy(name), self.recover_timeout_s):
+                say(f"  {name} is not healthy before fault {number}; injecting anyway")
+        before = self._counters()
+        pids_before = {name: self.sampler.driver_pids(name, True) for name in self.stack.apps}
+        tasks_before = {name: run_app_task(self.home, name) for name in scope}
+        moment = time.time()
+        result = FaultResult(number, fault, "", datetime.fromtimestamp(moment, UTC).isoformat())
+        action = getattr(self, "_" + fault.replace("-", "_"))
+        try:
+            result.target = action(app, result) if app else action(result)
+        except Exception as error:  # a fault that could not be injected is a finding, not the end of the run
+            result.target = f"{app or 'stack'}: not injected: {type(error).__name__}: {error}"
+            result.expectations.append(f"could not inject the fault: {error}")
+        say(f"fault {number:>2} {fault:<17} {result.target}")
+        recovered_at: dict[str, float | None] = {}
+        deadline = time.monotonic() + self.recover_timeout_s
+        for name in scope:
+            remaining = max(deadline - time.monotonic(), 1)
+            settled = self.wait(
+                lambda name=name: self.healthy(name, moment)
+                and self._settled(fault, name, tasks_before, before),
+                remaining,
+            )
+            recovered_at[name] = committed_since(self.config, name, moment) if settled else None
+        result.recovered = all(at is not None for at in recovered_at.values())
+        if result.recovered:
+            result.next_batch_s = round(max(at - moment for at in recovered_at.values() if at), 1)
+        else:
+            stuck = [name for name, at in recovered_at.items() if at is None]
+            result.notes.append(f"not recovered within {self.recover_timeout_s:.0f}s: {', '.join(stuck)}")
+        if fault == "runner-kill" and app:
+            result.task_before, result.task_after = tasks_before[app], run_app_task(self.home, app)
+            result.spark_submits_until_adopted = len(self.sampler.driver_pids(app, True) - pids_before[app])
+            if self.stop_orphans and result.recovered:
+                self._stop_orphan(app, result)
+        self.results.append(result)
+        self._account(result, before, pids_before, scope)
+        return result
+
+    def _settled(self, fault: str, app: str, tasks_before: dict[str, Any], before: dict) -> bool:
+        if fault != "runner-kill":
+            return True
+        # The killed try is over, a later one runs, and it has either adopted the driver or started one.
+        task, earlier = run_app_task(self.home, app), tasks_before.get(app) or {}
+        if not task or (task["try_number"], task["run_id"]) == (
+            earlier.get("try_number"),
+            earlier.get("run_id"),
+        ):
+            return False
+        counts = self.logs.refresh()[app]
+        return counts["adoptions"] > before[app]["adoptions"] or counts["starts"] > before[app]["starts"]
+
+    def _driver(self, app: str) -> int:
+        drivers = self.sampler.sample()[app]
+        if len(drivers) != 1:
+            raise RuntimeError(f"{app} has {len(drivers)} drivers ({drivers}), not one")
+        return drivers[0]
+
+    def _driver_kill(self, app: str, result: FaultResult) -> str:
+        pid = self._driver(app)
+        group = os.getpgid(pid)
+        if group == pid:
+            os.killpg(group, signal.SIGKILL)
+            return f"{app}: kill -9 of process group {group} (spark-submit JVM and its Python driver)"
+        # spark-submit still shares its launcher's group: kill the driver's own tree, not its launcher.
+        tree = [pid, *sorted(descendants(pid))]
+        for target in tree:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(target, signal.SIGKILL)
+        result.notes.append(
+            f"the driver shares process group {group} with its launcher: killed its tree only"
+        )
+        return (
+            f"{app}: kill -9 of driver pid {pid} and its {len(tree) - 1} children "
+            f"(group {group} is its launcher's)"
+        )
+
+    def _runner_kill(self, app: str, result: FaultResult) -> str:
+        pid = self._driver(app)
+        runner = parent_pid(pid)
+        table = process_table()
+        title = " ".join(table[runner].argv) if runner in table else ""
+        how = "above spark-submit"
+        if not title.startswith("airflow worker"):
+            # An adopted driver has no runner above it: the runner to kill is the one following it.
+            task = run_app_task(self.home, app) or {}
+            runner = next(
+                (
+                    p.pid
+                    for p in table.values()
+                    if task.get("id") and " ".join(p.argv) == f"airflow worker -- {task['id']}"
+                ),
+                None,
+            )
+            how = "following the adopted driver"
+            if runner is None:
+                result.notes.append("no task runner found")
+                return f"{app}: no task runner found above driver pid {pid}"
+        os.kill(runner, signal.SIGKILL)
+        result.notes.append(f"driver pid {pid}")
+        return f"{app}: kill -9 of task runner pid {runner} ({how}, driver pid {pid})"
+
+    def _driver_freeze(self, app: str, result: FaultResult) -> str:
+        pid = self._driver(app)
+        hold_s = self.stack.watchdog_window_s() + 30
+        os.kill(pid, signal.SIGSTOP)
+        say(f"fault    driver-freeze     {app}: SIGSTOP of driver JVM pid {pid}, SIGCONT in {hold_s:.0f}s")
+        time.sleep(hold_s)
+        outcome = "already gone (killed while frozen)"
+        if alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+            outcome = "SIGCONT sent"
+        result.notes.append(f"after {hold_s:.0f}s: {outcome}")
+        return f"{app}: SIGSTOP of driver JVM pid {pid} for {hold_s:.0f}s, then {outcome}"
+
+    def _scheduler_restart(self, result: FaultResult) -> str:
+        old = self.stack.pid("airflow-scheduler")
+        started = time.monotonic()
+        if old:
+            stop_process_group(old, timeout_s=30)
+        new = self.stack.start_component("airflow-scheduler")
+        return f"scheduler pid {old} stopped in {time.monotonic() - started:.0f}s, started again as pid {new}"
+
+    def _broker_restart(self, result: FaultResult) -> str:
+        broker = self.stack.broker()
+        old = broker.status().pid
+        started = time.monotonic()
+        broker.stop()
+        stopped = time.monotonic() - started
+        new = broker.start().pid
+        took = time.monotonic() - started
+        return f"broker pid {old} stopped in {stopped:.0f}s, answering again as pid {new} after {took:.0f}s"
+
+    def _stop_orphan(self, app: str, result: FaultResult) -> None:
+        """Stop the adopted driver gracefully; supervision must then start one new driver as usual."""
+        from stream_pipelines.control import ControlStore, apply_action
+
+        orphan = self.sampler.drivers(app)
+        known = self.sampler.driver_pids(app)
+        moment = time.time()
+        apply_action(self.config, app, "restart", by="chaos", reason="stop the adopted orphan gracefully")
+
+        def replaced() -> bool:
+            current = self.sampler.drivers(app)
+            return len(current) == 1 and current[0] not in known and self.healthy(app, moment)
+
+        if self.wait(replaced, self.recover_timeout_s):
+            ended = ControlStore(self.config).last_exit(app) or {}
+            new = self.sampler.drivers(app)[0]
+            result.notes.append(
+                f"orphan {orphan} stopped gracefully ({ended.get('status')}); "
+                f"supervision started driver {new} "
+                f"and it committed {time.time() - moment:.0f}s after the stop request"
+            )
+            if ended.get("status") != "stopped":
+                result.expectations.append(f"the orphan did not end with a graceful stop: {ended}")
+        else:
+            result.expectations.append(
+                "after the orphan's graceful stop, no new driver committed "
+                f"within {self.recover_timeout_s:.0f}s"
+            )
+
+    # ---- accounting
+
+    def _counters(self) -> dict[str, dict[str, int]]:
+        from stream_pipelines.control import ControlStore
+
+        store = ControlStore(self.config)
+        counts = self.logs.refresh()
+        return {app: {**counts[app], "restarts": store.restarts(app).total} for app in self.stack.apps}
+
+    def _account(self, result: FaultResult, before: dict, pids_before: dict, scope: list[str]) -> None:
+        """What happened between this fault and the next (or the end): attributed to this fault."""
+        self._pending = (result, before, pids_before, scope)
+
+    def settle_accounts(self) -> None:
+        pending = getattr(self, "_pending", None)
+        if pending is None:
+            return
+        result, before, pids_before, scope = pending
+        self._pending = None
+        after = self._counters()
+        for app in self.stack.apps:
+            result.restarts += after[app]["restarts"] - before[app]["restarts"]
+            result.adoptions += after[app]["adoptions"] - before[app]["adoptions"]
+            result.watchdog_kills += after[app]["watchdog"] - before[app]["watchdog"]
+            result.new_drivers += len(self.sampler.driver_pids(app, True) - pids_before[app])
+        self._expect(result, scope)
+        mark = "ok" if result.ok else "FAILED"
+        said = f"next batch {result.next_batch_s}s" if result.recovered else "NOT RECOVERED"
+        say(
+            f"   -> {mark}: {said}, restarts {result.restarts}, adoptions {result.adoptions}, "
+            f"watchdog kills {result.watchdog_kills}, new drivers {result.new_drivers}"
+            + "".join(f"; {text}" for text in [*result.notes, *result.expectations])
+        )
+
+    def _expect(self, result: FaultResult, scope: list[str]) -> None:
+        if result.fault == "runner-kill":
+            if result.adoptions < 1:
+                result.expectations.append("the retried task did not adopt the orphaned driver")
+            if result.spark_submits_until_adopted:
+                result.expectations.append(
+                    f"{result.spark_submits_until_adopted} second spark-submit(s) instead of an adoption"
+                )
+        if result.fault == "driver-kill" and result.restarts < 1:
+            result.expectations.append("no restart recorded after the driver was killed")
+        if result.fault == "driver-freeze" and result.watchdog_kills < 1:
+            why = "" if self.stack.has_watchdog else " (this code has no supervision.watchdog_* settings)"
+            result.expectations.append(f"the watchdog did not stop the frozen driver{why}")
+
+    # ---- the run
+
+    def run(self, schedule: list[tuple[str, str | None]], gap_s: tuple[float, float]) -> None:
+        for number, (fault, app) in enumerate(schedule, start=1):
+            if (self.stack.root / "finish").exists():
+                say(f"{self.stack.root / 'finish'} exists: no more faults, on to the drain and the checks")
+                break
+            self.inject(number, fault, app)
+            gap = self.rng.uniform(*gap_s)
+            time.sleep(gap)
+            self.settle_accounts()
+
+
+def draw_schedule(
+    rng: random.Random, faults: int, classes: Sequence[str], apps: Sequence[str], each_once: bool
+) -> list[tuple[str, str | None]]:
+    chosen = list(classes) if each_once else [rng.choice(list(classes)) for _ in range(faults)]
+    return [(fault, rng.choice(list(apps)) if fault in APP_FAULTS else None) for fault in chosen]
+
+
+# --------------------------------------------------------------------------- the end
+
+
+def drain_and_stop(chaos: Chaos, timeout_s: float = 900) -> dict[str, Any]:
+    """Stop the generator, let the apps reach the ends of the topics, stop them gracefully."""
+    from stream_pipelines.control import apply_action
+    from stream_pipelines.devtools.demo import caught_up
+
+    stack, config = chaos.stack, chaos.config
+    generator = stack.pid("generator")
+    if generator:
+        stop_process_group(generator)
+    say("generator stopped; waiting for the apps to drain to the end of the topics")
+    drained = chaos.wait(lambda: caught_up(config, stack.apps), timeout_s, poll_s=3)
+    time.sleep(2 * TRIGGER_S)  # one more trigger, so that the last watermark closes what it can
+    say("drained" if drained else f"NOT drained within {timeout_s:.0f}s")
+    for app in stack.apps:
+        apply_action(config, app, "stop", by="chaos", reason="end of the chaos run")
+    stopped = chaos.wait(lambda: not any(chaos.sampler.drivers(app) for app in stack.apps), 300, poll_s=1)
+    say("apps stopped gracefully" if stopped else "apps did NOT stop within 300s")
+    chaos.settle_accounts()
+    return {"drained": drained, "stopped_gracefully": stopped}
+
+
+def verify(stack: Stack, started: datetime, ended: datetime) -> dict[str, Any]:
+    """The archive exactly once against the topics; the reconciliation over the run's event days."""
+    from stream_pipelines.devtools import demo
+    from stream_pipelines.runtime import get_spark
+
+    config = stack.config
+    produced = demo.produced_offsets(config)
+    spark = get_spark(config, "chaos-verify")
+    spark.sparkContext.setLogLevel("ERROR")
+    report: dict[str, Any] = {}
+    try:
+        if "raw_archive" in stack.apps:
+            check = demo.check_archive(spark, config, produced)
+            say(f"archive: {check.describe()}")
+            report["archive"] = {
+                "produced": check.produced,
+                "archived": check.archived,
+                "lost": len(check.lost),
+                "duplicated": len(check.duplicated),
+                "unexpected": len(check.unexpected),
+                "examples": {
+                    "lost": check.lost[:20],
+                    "duplicated": check.duplicated[:20],
+                    "unexpected": check.unexpected[:20],
+                },
+            }
+        if {"raw_archive", "sensor_aggregation", "ad_matching"} <= set(stack.apps):
+            days = [
+                started.date() + timedelta(days=n) for n in range((ended.date() - started.date()).days + 1)
+            ]
+            report["reconciliation"] = {}
+            for day in days:
+                result = demo.reconcile_day(config, spark, day)
+                verdicts: dict[str, int] = {}
+                for diff in [*result.diffs, *result.match_diffs]:
+                    verdicts[diff.verdict] = verdicts.get(diff.verdict, 0) + 1
+                report["reconciliation"][day.isoformat()] = {
+                    "status": result.status,
+                    "unexplained": len(result.unexplained),
+                    "verdicts": verdicts,
+                    "examples": [str(d)[:300] for d in result.unexplained[:10]],
+                }
+        else:
+            report["reconciliation"] = "skipped: needs raw_archive, sensor_aggregation and ad_matching"
+    finally:
+        spark.stop()
+    return report
+
+
+def fault_table(results: list[FaultResult]) -> list[dict[str, Any]]:
+    rows = []
+    for fault in FAULT_CLASSES:
+        of_class = [r for r in results if r.fault == fault]
+        if not of_class:
+            continue
+        times = [r.next_batch_s for r in of_class if r.next_batch_s is not None]
+        rows.append(
+            {
+                "class": fault,
+                "count": len(of_class),
+                "recovered": sum(r.recovered for r in of_class),
+                "next_batch_median_s": round(statistics.median(times), 1) if times else None,
+                "next_batch_max_s": max(times) if times else None,
+                "restarts": sum(r.restarts for r in of_class),
+                "adoptions": sum(r.adoptions for r in of_class),
+                "watchdog_kills": sum(r.watchdog_kills for r in of_class),
+                "new_drivers": sum(r.new_drivers for r in of_class),
+                "failed": sum(not r.ok for r in of_class),
+            }
+        )
+    return rows
+
+
+def render_table(rows: list[dict[str, Any]]) -> str:
+    header = (
+        f"{'fault class':<18} {'count':>5} {'recovered':>9} {'next batch s (median / max)':>28} "
+        f"{'restarts':>8} {'adoptions':>9} {'watchdog kills':>14} {'new drivers':>11} {'failed':>6}"
+    )
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        median = "-" if row["next_batch_median_s"] is None else f"{row['next_batch_median_s']:.1f}"
+        most = "-" if row["next_batch_max_s"] is None else f"{row['next_batch_max_s']:.1f}"
+        lines.append(
+            f"{row['class']:<18} {row['count']:>5} {row['recovered']:>9} {median + ' / ' + most:>28} "
+            f"{row['restarts']:>8} {row['adoptions']:>9} {row['watchdog_kills']:>14} "
+            f"{row['new_drivers']:>11} "
+            f"{row['failed']:>6}"
+        )
+    return "\n".join(lines)
+
+
+def verdict(report: dict[str, Any]) -> list[str]:
+    """What failed, one sentence each; empty when the run passed."""
+    problems = []
+    archive = report.get("verification", {}).get("archive")
+    if archive:
+        for key in ("lost", "duplicated", "unexpected"):
+            if archive[key]:
+                problems.append(f"archive: {archive[key]} offsets {key}")
+    reconciliation = report.get("verification", {}).get("reconciliation")
+    if isinstance(reconciliation, dict):
+        for day, outcome in reconciliation.items():
+            if outcome["unexplained"]:
+                problems.append(f"reconciliation of {day}: {outcome['unexplained']} unexplained differences")
+    for app, count in report["drivers"]["max_per_app"].items():
+        if count > 1:
+            problems.append(f"{app}: {count} drivers at once")
+    for fault in report["faults"]:
+        if not fault["recovered"]:
+            problems.append(f"fault {fault['number']} ({fault['fault']}): not recovered")
+        for text in fault["expectations"]:
+            problems.append(f"fault {fault['number']} ({fault['fault']}): {text}")
+    for key, value in report.get("end", {}).items():
+        if not value:
+            problems.append(f"end of run: not {key.replace('_', ' ')}")
+    return problems
+
+
+# --------------------------------------------------------------------------- main
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="chaos", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--faults", type=int, default=20, help="how many faults to inject (default 20)")
+    parser.add_argument("--seed", type=int, default=7, help="seeds the draw of faults, targets and gaps")
+    parser.add_argument(
+        "--apps", default=",".join(APP_NAMES), help="comma-separated apps to run (default: all)"
+    )
+    parser.add_argument(
+        "--classes",
+        default=",".join(FAULT_CLASSES),
+        help=f"comma-separated fault classes ({', '.join(FAULT_CLASSES)})",
+    )
+    parser.add_argument(
+        "--each-once", action="store_true", help="one fault of each class, in order (the smoke)"
+    )
+    parser.add_argument(
+        "--stop-orphans", action="store_true", help="after an adoption, stop the orphan gracefully"
+    )
+    parser.add_argument(
+        "--root", type=Path, default=DEFAULT_ROOT, help=f"private data root (default {DEFAULT_ROOT})"
+    )
+    parser.add_argument(
+        "--json", type=Path, default=None, help="report file (default <root>/chaos-report.json)"
+    )
+    parser.add_argument(
+        "--recover-timeout", type=float, default=600, help="seconds a fault may take to recover (default 600)"
+    )
+    parser.add_argument("--gap", type=float, nargs=2, default=(3.0, 15.0), metavar=("MIN", "MAX"))
+    parser.add_argument("--rate", type=float, default=5.0, help="sensor readings per second")
+    parser.add_argument("--ad-rate", type=float, default=2.0, help="impressions per second")
+    parser.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--keep", action="store_true", help="leave the stack running at the end (debugging)")
+    return parser.parse_args(argv)
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    # A SIGTERM (a timeout, a CI cancel) still tears the private stack down and writes what was seen.
+    signal.signal(signal.SIGTERM, _interrupt)
+    # The verification's Spark session stays on loopback, like everything else of the stack.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    apps = tuple(a for a in args.apps.split(",") if a)
+    classes = tuple(c for c in args.classes.split(",") if c)
+    unknown = [a for a in apps if a not in APPS] + [c for c in classes if c not in FAULT_CLASSES]
+    if unknown:
+        raise SystemExit(f"chaos: unknown app or fault class: {', '.join(unknown)}")
+    rng = random.Random(args.seed)
+    schedule = draw_schedule(rng, args.faults, classes, apps, args.each_once)
+    stack = Stack(
+        args.root.resolve(),
+        apps,
+        seed=args.seed,
+        rate=args.rate,
+        ad_rate=args.ad_rate,
+        extra=tuple(args.extra),
+    )
+    report_path = (args.json or stack.root / "chaos-report.json").resolve()
+    report: dict[str, Any] = {
+        "seed": args.seed,
+        "apps": list(apps),
+        "schedule": [f"{fault}:{app or 'stack'}" for fault, app in schedule],
+        "watchdog_in_code": stack.has_watchdog,
+        "settings": stack.overrides,
+    }
+    started = datetime.now(UTC)
+    say(f"chaos: {len(schedule)} faults, seed {args.seed}, apps {', '.join(apps)}")
+    chaos: Chaos | None = None
+    try:
+        stack.up()
+        chaos = Chaos(stack, recover_timeout_s=args.recover_timeout, stop_orphans=args.stop_orphans, rng=rng)
+        chaos.sampler.start()
+        chaos.wait_first_batches()
+        chaos.run(schedule, tuple(args.gap))
+        report["end"] = drain_and_stop(chaos)
+        stack.stop_airflow()
+        chaos.sampler.stop()
+        report["verification"] = verify(stack, started, datetime.now(UTC))
+    except BaseException as error:
+        report["aborted"] = f"{type(error).__name__}: {error}"
+        raise
+    finally:
+        if chaos is not None:
+            chaos.sampler.stop()
+            chaos.settle_accounts()
+            report["faults"] = [{**asdict(r), "ok": r.ok} for r in chaos.results]
+            report["table"] = fault_table(chaos.results)
+            report["drivers"] = {
+                "samples": chaos.sampler.samples,
+                "max_per_app": chaos.sampler.max_drivers,
+                "violations": chaos.sampler.violations[:50],
+                "spark_submits": {app: len(chaos.sampler.driver_pids(app, True)) for app in apps},
+                "seen": chaos.sampler.seen,
+            }
+            report["log_lines"] = {app: lines[-50:] for app, lines in chaos.logs.lines.items()}
+        else:
+            report.setdefault("faults", [])
+            report.setdefault("drivers", {"max_per_app": {}})
+        report["duration_s"] = round((datetime.now(UTC) - started).total_seconds())
+        if not args.keep:
+            stack.down()
+        report["problems"] = verdict(report) + ([report["aborted"]] if "aborted" in report else [])
+        report_path.parent.mkdir(parents=True, exist_ok=True)
+        report_path.write_text(json.dumps(report, indent=2, default=str))
+    print()
+    print(render_table(report["table"]))
+    print()
+    drivers = report["drivers"]
+    print(
+        f"drivers: {drivers['samples']} samples, at most {drivers['max_per_app']} per app; "
+        f"spark-submits seen {drivers['spark_submits']}"
+    )
+    archive = report["verification"].get("archive")
+    if archive:
+        print(
+            f"archive: {archive['produced']} produced offsets, {archive['lost']} lost, "
+            f"{archive['duplicated']} duplicated, {archive['unexpected']} unexpected"
+        )
+    reconciliation = report["verification"].get("reconciliation")
+    if isinstance(reconciliation, dict):
+        for day, outcome in reconciliation.items():
+            print(
+                f"reconciliation {day}: {outcome['status']}, unexplained {outcome['unexplained']}, "
+                f"{outcome['verdicts']}"
+            )
+    else:
+        print(f"reconciliation: {reconciliation}")
+    print(f"report: {report_path}  ({report['duration_s']}s)")
+    if report["problems"]:
+        print("FAILED:\n  " + "\n  ".join(report["problems"]))
+        return 1
+    print("PASSED: nothing lost, nothing duplicated, nothing unexplained, never two drivers of one app")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,75 @@
+"""`make chaos` pieces that need no stack: driver counting, the seeded draw, the table and the verdict."""
+
+from __future__ import annotations
+
+import random
+
+from stream_pipelines.devtools.chaos import (
+    APP_FAULTS,
+    FAULT_CLASSES,
+    FaultResult,
+    Proc,
+    draw_schedule,
+    drivers_in,
+    fault_table,
+    verdict,
+)
+from stream_pipelines.registry import APPS
+
+
+def table(*procs: Proc) -> dict[int, Proc]:
+    return {proc.pid: proc for proc in procs}
+
+
+def test_a_driver_is_the_topmost_process_naming_the_entry_script():
+    script = APPS["raw_archive"].entry_point
+    other = APPS["ad_matching"].entry_point
+    found = drivers_in(
+        table(
+            Proc(10, 1, "S", ("airflow worker -- 0190",)),
+            # spark-submit's JVM and its Python child: one driver
+            Proc(11, 10, "S", ("java", "org.apache.spark.deploy.SparkSubmit", script, "--trigger")),
+            Proc(12, 11, "S", ("python", script, "--trigger")),
+            # a frozen one counts, a zombie does not
+            Proc(20, 1, "T", ("java", "org.apache.spark.deploy.SparkSubmit", other)),
+            Proc(30, 1, "Z", ("java", "org.apache.spark.deploy.SparkSubmit", script)),
+            # an orphaned Python driver is a driver of its own
+            Proc(40, 1, "S", ("python", script)),
+        ),
+        ["raw_archive", "ad_matching", "sensor_aggregation"],
+    )
+    assert found == {"raw_archive": [11, 40], "ad_matching": [20], "sensor_aggregation": []}
+
+
+def test_the_draw_is_seeded_and_targets_an_app_only_for_app_faults():
+    apps = list(APPS)
+    first = draw_schedule(random.Random(7), 20, FAULT_CLASSES, apps, each_once=False)
+    assert first == draw_schedule(random.Random(7), 20, FAULT_CLASSES, apps, each_once=False)
+    assert len(first) == 20 and {fault for fault, _ in first} <= set(FAULT_CLASSES)
+    assert all((app is not None) == (fault in APP_FAULTS) for fault, app in first)
+    once = draw_schedule(random.Random(1), 0, FAULT_CLASSES, ["raw_archive"], each_once=True)
+    assert [fault for fault, _ in once] == list(FAULT_CLASSES)
+
+
+def test_the_table_per_class_and_the_verdict():
+    results = [
+        FaultResult(1, "driver-kill", "a", "t", recovered=True, next_batch_s=40.0, restarts=1, new_drivers=1),
+        FaultResult(2, "driver-kill", "a", "t", recovered=True, next_batch_s=20.0, restarts=1, new_drivers=1),
+        FaultResult(3, "runner-kill", "a", "t", recovered=False, expectations=["no adoption"]),
+    ]
+    rows = {row["class"]: row for row in fault_table(results)}
+    assert rows["driver-kill"]["count"] == 2 and rows["driver-kill"]["next_batch_median_s"] == 30.0
+    assert rows["driver-kill"]["next_batch_max_s"] == 40.0 and rows["driver-kill"]["failed"] == 0
+    assert rows["runner-kill"]["failed"] == 1 and rows["runner-kill"]["next_batch_median_s"] is None
+    report = {
+        "faults": [{**vars(r)} for r in results],
+        "drivers": {"max_per_app": {"raw_archive": 2}},
+        "verification": {"archive": {"lost": 0, "duplicated": 3, "unexpected": 0}},
+        "end": {"drained": True, "stopped_gracefully": True},
+    }
+    problems = verdict(report)
+    assert "archive: 3 offsets duplicated" in problems
+    assert "raw_archive: 2 drivers at once" in problems
+    assert "fault 3 (runner-kill): not recovered" in problems
+    assert "fault 3 (runner-kill): no adoption" in problems
+    assert len(problems) == 4
