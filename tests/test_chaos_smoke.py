@@ -84,9 +84,7 @@ def test_each_fault_class_once_loses_and_duplicates_nothing(smoke):
     assert report["end"] == {"drained": True, "stopped_gracefully": True}
     kill = faults_by_class(report)["driver-kill"]
     assert kill["restarts"] >= 1 and kill["new_drivers"] >= 1, kill
-    # Nothing failed but, until the supervisor has its watchdog, the frozen driver's expectation.
-    others = [p for p in report["problems"] if "driver-freeze" not in p]
-    assert others == [], tail
+    assert report["problems"] == [], tail
 
 
 @pytest.mark.timeout(60)
@@ -111,8 +109,6 @@ def test_a_killed_task_runner_is_retried_and_adopts_the_orphaned_driver(smoke):
 def test_a_frozen_driver_is_stopped_by_the_watchdog(smoke):
     report, _ = smoke
     freeze = faults_by_class(report)["driver-freeze"]
-    if not report["watchdog_in_code"]:
-        pytest.xfail("the supervisor has no watchdog yet (no supervision.watchdog_* settings)")
     assert freeze["watchdog_kills"] >= 1, freeze
     assert freeze["restarts"] >= 1, freeze
     assert freeze["expectations"] == [], freeze
