@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import threading
 from pathlib import Path
 
 import pytest
@@ -204,77 +203,39 @@ def test_a_frozen_driver_jvm_is_found_stuck_killed_and_restarted_with_exact_outp
     assert archive.select("topic", "partition", "offset").distinct().count() == len(records)
 
 
-class DriverSampler:
-    """Counts this test's drivers of an app every second (those with its data root in their
-    environment)."""
-
-    def __init__(self, data_root: Path, entry_point: str) -> None:
-        self.marker, self.entry = str(data_root).encode(), entry_point.encode()
-        self.counts: list[int] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> DriverSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def count(self) -> int:
-        """Live processes naming the entry point whose parent does not: the launch chain (spark-submit's
-        shells and launcher JVM) and the Python driver under the JVM are all one driver."""
-        naming: dict[int, int] = {}
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
-                live = stat[0] != "Z" and self.entry in (entry / "cmdline").read_bytes()
-                if live and self.marker in (entry / "environ").read_bytes():
-                    naming[int(entry.name)] = int(stat[1])
-            except OSError:
-                continue
-        return sum(1 for parent in naming.values() if parent not in naming)
-
-    def _run(self) -> None:
-        while not self._stop.wait(1.0):
-            self.counts.append(self.count())
-
-
 def test_a_killed_task_runner_leaves_an_orphan_that_the_next_run_adopts(airflow_env, archive_setup, tmp_path):
     """kill -9 of the process running the run_app task (dag.test() runs it in-process) leaves the
     driver running. The next run adopts it instead of starting a second spark-submit; one driver at
     every sample; after a graceful stop of the orphan the run succeeds and supervision goes on."""
-    from stream_pipelines.registry import app as declared_app
+    from stream_pipelines.devtools.chaos import DriverSampler
 
     overrides, config, _records = archive_setup
     checkpoint = Path(config.checkpoint_dir("raw_archive", "archive"))
     data_root = Path(config.data_path("control")).parent
     first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
-    with DriverSampler(data_root, declared_app("raw_archive").entry_point) as sampler:
-        first = start_dag_test(airflow_env, "supervise_raw_archive", overrides, first_log)
-        second = None
-        try:
-            wait_for(lambda: len(committed(checkpoint)) >= 1, 240, "the first committed batch")
-            os.kill(first.pid, signal.SIGKILL)  # the task runner only: the driver has a session of its own
-            first.wait()
-            orphan = json.loads((Path(config.data_path("control")) / "raw_archive.running.json").read_text())
-            assert Path(f"/proc/{orphan['pid']}").exists(), "the driver outlived its task runner"
-            second = start_dag_test(airflow_env, "supervise_raw_archive", overrides, second_log)
-            wait_for(lambda: "adopting raw_archive: owner" in second_log.read_text(), 240, "the adoption")
-            before = committed(checkpoint)[-1]
-            wait_for(lambda: committed(checkpoint)[-1] > before, 120, "the orphan to go on committing")
-            apply_action(config, "raw_archive", "stop", by="test", reason="end of test")
-            output = finish(second, second_log)
-        finally:
-            for process in (first, second):
-                if process is not None and process.poll() is None:
-                    os.killpg(process.pid, signal.SIGKILL)
+    sampler = DriverSampler(["raw_archive"], data_root).start()
+    first = start_dag_test(airflow_env, "supervise_raw_archive", overrides, first_log)
+    second = None
+    try:
+        wait_for(lambda: len(committed(checkpoint)) >= 1, 240, "the first committed batch")
+        os.kill(first.pid, signal.SIGKILL)  # the task runner only: the driver has a session of its own
+        first.wait()
+        orphan = json.loads((Path(config.data_path("control")) / "raw_archive.running.json").read_text())
+        assert Path(f"/proc/{orphan['pid']}").exists(), "the driver outlived its task runner"
+        second = start_dag_test(airflow_env, "supervise_raw_archive", overrides, second_log)
+        wait_for(lambda: "adopting raw_archive: owner" in second_log.read_text(), 240, "the adoption")
+        before = committed(checkpoint)[-1]
+        wait_for(lambda: committed(checkpoint)[-1] > before, 120, "the orphan to go on committing")
+        apply_action(config, "raw_archive", "stop", by="test", reason="end of test")
+        output = finish(second, second_log)
+    finally:
+        sampler.stop()
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
     assert "DAG RUN STATE success" in output, output[-3000:]
     assert "adopting raw_archive: owner" in output and f"pid {orphan['pid']}" in output
     assert "adopted raw_archive ended: stopped" in output
     assert "starting raw_archive on" not in output, "the second run started a second spark-submit"
-    assert sampler.counts and max(sampler.counts) == 1, sampler.counts
+    assert sampler.samples > 10 and sampler.max_drivers == {"raw_archive": 1}, sampler.violations
     assert ControlStore(config).restarts("raw_archive").total == 0, "an adoption is not a crash"
