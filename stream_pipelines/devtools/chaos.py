@@ -52,7 +52,14 @@ from pathlib import Path
 from typing import Any
 
 from stream_pipelines.config import PROJECT_ROOT, PipelineConfig, load_config
-from stream_pipelines.devtools.processes import alive, descendants, parent_pid, stop_process_group
+from stream_pipelines.devtools.processes import (
+    Proc,
+    alive,
+    descendants,
+    parent_pid,
+    process_table,
+    stop_process_group,
+)
 from stream_pipelines.registry import APP_NAMES, APPS
 
 DEFAULT_ROOT = PROJECT_ROOT / "data" / "chaos"
@@ -102,30 +109,6 @@ def free_port() -> int:
 
 
 # --------------------------------------------------------------------------- the process table
-
-
-@dataclass(frozen=True)
-class Proc:
-    pid: int
-    ppid: int
-    state: str
-    argv: tuple[str, ...]
-
-
-def process_table() -> dict[int, Proc]:
-    table: dict[int, Proc] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
-            argv = tuple(
-                a for a in (entry / "cmdline").read_bytes().decode(errors="replace").split("\0") if a
-            )
-        except OSError:
-            continue
-        table[int(entry.name)] = Proc(int(entry.name), int(stat[1]), stat[0], argv)
-    return table
 
 
 def drivers_in(table: dict[int, Proc], apps: Sequence[str], root: Path | None = None) -> dict[str, list[int]]:

@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -52,6 +53,31 @@ def _stat_fields(pid: int) -> list[str]:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
     except OSError:
         return []
+
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    ppid: int
+    state: str
+    argv: tuple[str, ...]
+
+
+def process_table() -> dict[int, Proc]:
+    """Every process now: its parent, state (``Z`` for a zombie) and command line."""
+    table: dict[int, Proc] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        fields = _stat_fields(int(entry.name))
+        try:
+            command = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if len(fields) > 1:
+            argv = tuple(arg for arg in command.split("\0") if arg)
+            table[int(entry.name)] = Proc(int(entry.name), int(fields[1]), fields[0], argv)
+    return table
 
 
 def parent_pid(pid: int) -> int | None:
