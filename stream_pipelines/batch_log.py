@@ -12,15 +12,14 @@ uses the watermark batch N-1 ran with, while emission and eviction use its own.
 
 from __future__ import annotations
 
-import shutil
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from stream_pipelines import store
 from stream_pipelines.checkpoint import format as checkpoint_format
-from stream_pipelines.storage import write_atomically
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
@@ -48,7 +47,7 @@ class BatchRecord:
 
 
 def query_log_dir(config: PipelineConfig, app: str, query: str) -> Path:
-    return Path(config.data_path("batch_log")) / app / query
+    return store.location(config, config.data_path("batch_log")) / app / query
 
 
 def normalise_path(path: str) -> str:
@@ -93,7 +92,7 @@ class BatchLogRecorder:
         """Copy whatever is new or changed; returns how many files were written."""
         return sum(
             copy_checkpoint_logs(
-                Path(self.config.checkpoint_dir(self.app, query)),
+                store.location(self.config, self.config.checkpoint_dir(self.app, query)),
                 query_log_dir(self.config, self.app, query),
             )
             for query in self._queries
@@ -109,33 +108,42 @@ class BatchLogRecorder:
 
 
 def copy_checkpoint_logs(checkpoint: Path, target: Path) -> int:
-    """Idempotent copy of offsets/, commits/ and sources/<i>/ entries; each write is atomic."""
+    """Idempotent copy of offsets/, commits/ and sources/<i>/ entries; each write is atomic.
+
+    One listing per folder on each side decides what to copy: an entry the copy lacks, or one whose
+    size differs or that was written after its copy. On an object store that is a LIST, not a GET per
+    entry, at every sweep."""
     written = 0
     if not checkpoint.is_dir():
         return 0
     for log in COPIED_LOGS:
         base = checkpoint / log
-        if not base.is_dir():
-            continue
-        folders = [base] if log != "sources" else [p for p in base.iterdir() if p.is_dir()]
+        folders = (
+            [base] if log != "sources" else [p for p in base.iterdir() if p.is_dir()] if base.is_dir() else []
+        )
         for folder in folders:
-            for entry in folder.iterdir():
-                if not checkpoint_format.is_log_entry(entry.name):
+            relative = folder.relative_to(checkpoint) if not store.on_object_store(folder) else None
+            copy_folder = target / (
+                str(relative) if relative is not None else folder.path[len(checkpoint.path) :].strip("/")
+            )
+            copies = store.entries(copy_folder)
+            for name, (size, modified) in store.entries(folder).items():
+                if not checkpoint_format.is_log_entry(name):
                     continue
-                destination = target / entry.relative_to(checkpoint)
+                copied = copies.get(name)
+                if copied is not None and copied[0] == size and copied[1] >= modified:
+                    continue
                 try:
-                    content = entry.read_bytes()
+                    content = (folder / name).read_bytes()
                 except FileNotFoundError:
                     continue  # cleaned up by Spark between listing and reading
-                if destination.exists() and destination.read_bytes() == content:
-                    continue
-                write_atomically(destination, content)
+                store.write_atomically(copy_folder / name, content)
                 written += 1
     return written
 
 
 def clear_batch_log(config: PipelineConfig, app: str, query: str) -> None:
-    shutil.rmtree(query_log_dir(config, app, query), ignore_errors=True)
+    store.remove_tree(query_log_dir(config, app, query))
 
 
 # --------------------------------------------------------------------------- reading

@@ -208,6 +208,21 @@ class SourceSettings(_Section):
     max_files_per_trigger: int | None = Field(None, ge=1)
 
 
+# The ``paths`` entries the project's own file layer (``store``) reads and writes, and where it can.
+STORED_PATHS = (
+    "archive",
+    "quarantine",
+    "checkpoints",
+    "outputs",
+    "batch_log",
+    "control",
+    "reports",
+    "compliance",
+    "gx",
+)
+SERVED_SCHEMES = ("file", "s3a", "s3")
+
+
 class PathSettings(_Section):
     """Where data lives. data_root resolves against the project root; the others, when relative,
     against data_root, so that one override moves everything (tests do that)."""
@@ -396,6 +411,26 @@ class PipelineConfig(_Section):
     def kafka_client_config(self) -> dict[str, str]:
         """Properties for confluent-kafka clients (producer, admin) talking to the same cluster."""
         return {"bootstrap.servers": self.kafka.bootstrap_servers, **self.kafka.client_properties}
+
+    @model_validator(mode="after")
+    def _stores_served(self) -> PipelineConfig:
+        """Every location the project reads itself must be on a store its file layer serves (``store``)."""
+        for name in STORED_PATHS:
+            location = self.data_path(name)
+            kind = location.split("://", 1)[0].lower() if "://" in location else "file"
+            if kind not in SERVED_SCHEMES:
+                raise ValueError(
+                    f"paths.{name}: {location} is on {kind}://, which the checkpoint preflight, the lease, "
+                    f"the control records and the batch log cannot read or write; use a local path, "
+                    f"file:// (a folder every host mounts) or s3a:// (see README, Running on a cluster)"
+                )
+        from stream_pipelines.store import StoreError, s3_options
+
+        try:
+            s3_options(self.spark.extra_conf)
+        except StoreError as error:
+            raise ValueError(str(error)) from None
+        return self
 
     @model_validator(mode="after")
     def _local_inputs_exist(self) -> PipelineConfig:

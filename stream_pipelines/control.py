@@ -1,6 +1,6 @@
 """What operators want of each app, and what it is doing: one store that owns every control record.
 
-Records under ``paths.control`` (small JSON, each written whole by ``storage.write_atomically``):
+Records under ``paths.control`` (small JSON, each written whole by ``store.write_atomically``):
 - ``<app>.desired.json``: ``running`` (the default), ``stopped`` or ``paused`` (supervision paused for
   maintenance: a running app keeps running, but nothing restarts it), with who/when/why;
 - ``<app>.stop``: the stop marker the app polls between batches (drain, commit, exit 0);
@@ -19,18 +19,16 @@ The CLI, the DAGs, the apps and the metrics exporter all read and write them thr
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
+from stream_pipelines import store
 from stream_pipelines.config import PipelineConfig
 from stream_pipelines.registry import app as declared_app
-from stream_pipelines.storage import read_json, write_json
+from stream_pipelines.store import read_json, write_json
 
 Desired = Literal["running", "stopped", "paused"]
 Action = Literal["stop", "start", "restart", "pause", "resume"]
@@ -61,7 +59,7 @@ class ControlStore:
     """Every control record of every app, in the ``paths.control`` folder."""
 
     def __init__(self, config: PipelineConfig) -> None:
-        self.root = Path(config.data_path("control"))
+        self.root = store.location(config, config.data_path("control"))
 
     def _path(self, app: str, record: str) -> Path:
         return self.root / f"{app}.{record}"
@@ -140,19 +138,8 @@ class ControlStore:
 
     # ---- restarts and the crash-loop guard
 
-    @contextlib.contextmanager
-    def _locked(self, app: str) -> Iterator[None]:
-        self.root.mkdir(parents=True, exist_ok=True)
-        with open(self._path(app, "restarts.lock"), "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            yield
-
     def restarts(self, app: str) -> Restarts:
-        record = self._read(app, "restarts.json") or {}
-        try:
-            return Restarts(int(record.get("total", 0)), list(record.get("recent", [])))
-        except (TypeError, ValueError):
-            return Restarts()
+        return _restarts_of(self._read(app, "restarts.json"))
 
     def restarts_path(self, app: str) -> Path:
         return self._path(app, "restarts.json")
@@ -166,8 +153,9 @@ class ControlStore:
         lock around read-and-write, so concurrent supervisors never lose a count.
         """
         now = _now()
-        with self._locked(app):
-            counted = self.restarts(app)
+
+        def count(record: dict[str, Any] | None) -> dict[str, Any]:
+            counted = _restarts_of(record)
             recent = [
                 moment
                 for moment in counted.recent
@@ -181,34 +169,48 @@ class ControlStore:
                 write_json(self._path(app, "crashloop.json"), {"at": now.isoformat(), "reason": reason})
                 raise CrashLoopError(f"{app} is crash-looping: {reason}")
             recent.append(now.isoformat())
-            total = counted.total + 1
-            write_json(
-                self._path(app, "restarts.json"),
-                {"app": app, "total": total, "recent": recent, "last_cause": cause, "at": now.isoformat()},
-            )
-        return len(recent) if limit is not None else total
+            return {
+                "app": app,
+                "total": counted.total + 1,
+                "recent": recent,
+                "last_cause": cause,
+                "at": now.isoformat(),
+            }
+
+        written = store.update_json(self._path(app, "restarts.json"), count)
+        return len(written["recent"]) if limit is not None else written["total"]
 
     def record_watchdog_restart(self, app: str, reason: str) -> int:
         """Count one restart of a stuck app by the watchdog (``record_restart`` counts it as a crash too)."""
-        with self._locked(app):
-            total = self.watchdog_restarts(app) + 1
-            write_json(
-                self._path(app, "watchdog.json"),
-                {"app": app, "total": total, "last_reason": reason, "at": _now().isoformat()},
-            )
-        return total
+
+        def count(record: dict[str, Any] | None) -> dict[str, Any]:
+            total = _count_of(record) + 1
+            return {"app": app, "total": total, "last_reason": reason, "at": _now().isoformat()}
+
+        return store.update_json(self._path(app, "watchdog.json"), count)["total"]
 
     def watchdog_restarts(self, app: str) -> int:
-        try:
-            return int((self._read(app, "watchdog.json") or {}).get("total", 0))
-        except (TypeError, ValueError):
-            return 0
+        return _count_of(self._read(app, "watchdog.json"))
 
     def crash_loop(self, app: str) -> dict[str, Any] | None:
         return self._read(app, "crashloop.json")
 
     def clear_crash_loop(self, app: str) -> None:
         self._path(app, "crashloop.json").unlink(missing_ok=True)
+
+
+def _restarts_of(record: dict[str, Any] | None) -> Restarts:
+    try:
+        return Restarts(int((record or {}).get("total", 0)), list((record or {}).get("recent", [])))
+    except (TypeError, ValueError):
+        return Restarts()
+
+
+def _count_of(record: dict[str, Any] | None) -> int:
+    try:
+        return int((record or {}).get("total", 0))
+    except (TypeError, ValueError):
+        return 0
 
 
 # --------------------------------------------------------------------------- operator decisions

@@ -19,7 +19,7 @@ from stream_pipelines.config import PROJECT_ROOT
 
 DESCRIPTOR_DIR = PROJECT_ROOT / "infra" / "jvm"
 CACHE_VARIABLE = "PIPELINE_JVM_CACHE"
-BUNDLES = ("spark-kafka", "kafka-broker")
+BUNDLES = ("spark-kafka", "spark-s3a", "kafka-broker")
 MINIMUM_JAVA = 17
 
 
@@ -133,6 +133,10 @@ def jars(bundle: str) -> list[Path]:
 
 def spark_kafka_jars() -> list[str]:
     return [str(jar) for jar in jars("spark-kafka")]
+
+
+def spark_s3a_jars() -> list[str]:
+    return [str(jar) for jar in jars("spark-s3a")]
 
 
 def kafka_classpath() -> str:

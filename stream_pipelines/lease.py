@@ -16,8 +16,9 @@ query's last batch and end offsets, so a supervisor can follow the app through t
 renewal that finds another owner means this driver was frozen past the timeout and replaced: it
 must stop at once. A graceful exit releases the lease.
 
-``Lease`` is the one class that touches the lease file; it works on a local (or mounted) filesystem
-with atomic create and rename.
+``Lease`` is the one class that touches the lease file. It works on every store the file layer serves:
+on a local (or mounted) filesystem with an atomic create (``link``) and rename, on S3 with conditional
+PUTs (``If-None-Match: *`` to create, ``If-Match: <etag>`` to take over and to renew).
 """
 
 from __future__ import annotations
@@ -31,12 +32,11 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
+from stream_pipelines import store
 from stream_pipelines.config import PipelineConfig
 from stream_pipelines.control import process_exists
-from stream_pipelines.storage import write_atomically
 
 LEASE_FILE = "lease.json"
 STALE_LEASES_KEPT = 3
@@ -80,29 +80,34 @@ class LeaseLostError(RuntimeError):
 
 
 class Lease:
-    """The lease file of one app, beside its checkpoints."""
-
-    @staticmethod
-    def unsupported_location(config: PipelineConfig) -> str | None:
-        """The checkpoint location when it is on a store this class cannot lock (hdfs://, s3a://)."""
-        location = config.data_path("checkpoints")
-        return location if "://" in location and not location.startswith("file://") else None
+    """The lease file of one app, beside its checkpoints, on whichever store holds them (see ``store``)."""
 
     def __init__(self, config: PipelineConfig, app: str) -> None:
         self.app = app
-        self.path = Path(config.data_path("checkpoints").removeprefix("file://")) / app / LEASE_FILE
+        self.path = store.location(config, config.data_path("checkpoints")) / app / LEASE_FILE
         self.timeout_s = config.supervision.lease_timeout.seconds
         self.owner = uuid.uuid4().hex
         self.host = socket.gethostname()
+        # The version of the lease as this owner last wrote it: on an object store a renewal is a
+        # conditional PUT on it, so a renewal can never overwrite a takeover.
+        self._written: str | None = None
 
-    def read(self) -> LeaseRecord | None:
-        try:
-            return LeaseRecord(**json.loads(self.path.read_text()))
-        except FileNotFoundError:
+    def _read_versioned(self) -> tuple[LeaseRecord, str] | None:
+        found = store.read_versioned(self.path)
+        if found is None:
             return None
+        data, version = found
+        try:
+            return LeaseRecord(**json.loads(data)), version
         except (ValueError, TypeError):
             # Half-written by a crashed writer cannot happen (atomic writes); a hand-edited file can.
-            return LeaseRecord(owner="unreadable", host="?", pid=-1, started_at=0.0, heartbeat_at=0.0)
+            return LeaseRecord(
+                owner="unreadable", host="?", pid=-1, started_at=0.0, heartbeat_at=0.0
+            ), version
+
+    def read(self) -> LeaseRecord | None:
+        found = self._read_versioned()
+        return found[0] if found else None
 
     def is_live(self, record: LeaseRecord, now: float | None = None) -> bool:
         if record.heartbeat_age(now) >= self.timeout_s:
@@ -115,49 +120,56 @@ class Lease:
         now = time.time()
         mine = LeaseRecord(self.owner, self.host, os.getpid(), now, now)
         for _attempt in range(3):
-            if self._create(mine):
+            self._written = store.create_exclusive(self.path, self._encode(mine))
+            if self._written is not None:
                 return mine
-            current = self.read()
-            if current is None:
+            found = self._read_versioned()
+            if found is None:
                 continue  # released between our create and read: try again
+            current, version = found
             if self.is_live(current):
                 raise LeaseHeldError(self.app, current)
-            aside = self.path.with_name(f"{LEASE_FILE}.stale-{uuid.uuid4().hex[:8]}")
-            try:
-                os.rename(self.path, aside)
-            except FileNotFoundError:
+            aside = self.path.with_name(f"{LEASE_FILE}.stale-{time.time_ns()}-{uuid.uuid4().hex[:8]}")
+            # Of two drivers taking over at once only one succeeds: the stale lease is moved aside
+            # (a rename, on a filesystem) or replaced only if still unchanged (an object store).
+            self._written = store.replace_if_unchanged(self.path, version, self._encode(mine), aside=aside)
+            if self._written is None:
                 continue  # another driver took it over first; look again
             log(f"took over a stale lease: {current.describe()} (kept as {aside.name})")
             self._forget_old_stale_leases()
+            return mine
         raise LeaseHeldError(self.app, self.read() or mine)
 
     def _forget_old_stale_leases(self) -> None:
         """Keep the last few taken-over leases to look at; a crash loop must not pile up one per kill."""
         with contextlib.suppress(FileNotFoundError):  # another driver tidying up at the same time
-            aside = sorted(self.path.parent.glob(f"{LEASE_FILE}.stale-*"), key=lambda p: p.stat().st_mtime_ns)
+            # Their names start with the takeover time in nanoseconds: name order is age order.
+            aside = sorted(self.path.parent.glob(f"{LEASE_FILE}.stale-*"), key=lambda p: p.name)
             for old in aside[:-STALE_LEASES_KEPT]:
                 old.unlink(missing_ok=True)
 
-    def _create(self, record: LeaseRecord) -> bool:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self.path.with_name(f".{LEASE_FILE}.{self.owner}.tmp")
-        temporary.write_text(json.dumps(asdict(record)))
-        try:
-            # link() fails if the lease exists: an atomic create-if-absent of a complete file.
-            os.link(temporary, self.path)
-            return True
-        except FileExistsError:
-            return False
-        finally:
-            temporary.unlink(missing_ok=True)
+    @staticmethod
+    def _encode(record: LeaseRecord) -> str:
+        return json.dumps(asdict(record))
 
     def renew(self, record: LeaseRecord) -> None:
+        record.heartbeat_at = time.time()
+        renewed = (
+            store.replace_if_unchanged(self.path, self._written, self._encode(record))
+            if self._written
+            else None
+        )
+        if renewed is not None:
+            self._written = renewed
+            return
         current = self.read()
         if current is None or current.owner != self.owner:
             taker = current.describe() if current else "nobody (the lease file is gone)"
             raise LeaseLostError(f"{self.app}: lease lost, now held by {taker}")
-        record.heartbeat_at = time.time()
-        write_atomically(self.path, json.dumps(asdict(record)))
+        # Still ours but not as last written (a filesystem without compare-and-swap): write it whole.
+        store.write_atomically(self.path, self._encode(record))
+        found = store.read_versioned(self.path)
+        self._written = found[1] if found else None
 
     def release(self) -> None:
         current = self.read()
@@ -166,9 +178,7 @@ class Lease:
 
 
 def live_owner(config: PipelineConfig, app: str) -> LeaseRecord | None:
-    """The driver that owns the app right now, if any (None also where no lease can be kept)."""
-    if Lease.unsupported_location(config):
-        return None
+    """The driver that owns the app right now, if any."""
     lease = Lease(config, app)
     owner = lease.read()
     return owner if owner is not None and lease.is_live(owner) else None

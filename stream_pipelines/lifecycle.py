@@ -57,12 +57,6 @@ def run_app(app_name: str, argv: Sequence[str] | None = None) -> int:
         refused = preflight(config, app)
         if refused:
             return refused
-        remote = Lease.unsupported_location(config)
-        if remote is not None:
-            # Until the lease has an implementation on that store, say plainly that nothing guards it.
-            _log(app.name, f"checkpoints on {remote}: no lease there yet, so nothing stops a second driver")
-            _log(app.name, "scratch of earlier runs kept: without a lease, a live driver may be using it")
-            return _run_owned(config, app, trigger, None)
         lease = Lease(config, app.name)
         try:
             owned = lease.acquire(log=lambda message: _log(app.name, message))
@@ -93,15 +87,12 @@ def clear_earlier_scratch(config: PipelineConfig, app: App) -> None:
         _log(app.name, f"scratch {folder}: {clear_scratch(Path(folder), driver_started_at()).describe()}")
 
 
-def _run_owned(
-    config: PipelineConfig, app: App, trigger: TriggerMode, keeper: LeaseKeeper | None
-) -> ExitCode:
+def _run_owned(config: PipelineConfig, app: App, trigger: TriggerMode, keeper: LeaseKeeper) -> ExitCode:
     from stream_pipelines.metrics import MetricsPortInUseError
     from stream_pipelines.runtime import get_spark
 
     spark = get_spark(config, app.name, own_scratch=True)
-    if keeper is not None:
-        keeper.record.spark_app_id = spark.sparkContext.applicationId
+    keeper.record.spark_app_id = spark.sparkContext.applicationId
     try:
         with observed(config, app, spark) as on_started:
             sinks = start_queries(config, app, spark)

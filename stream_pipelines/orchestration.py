@@ -20,6 +20,7 @@ import os
 import random
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -117,6 +118,16 @@ def _describe_crash(exception: BaseException) -> str:
     return first_line[:200]
 
 
+def submit_detached(hook: Any, application: str) -> None:
+    """spark-submit in a session of its own (the watchdog and on_kill can end the whole driver, JVM and
+    Python driver, without signalling this task's process group), with the task's stdin withheld."""
+    # Without its stdin: before this, the driver inherited the task's. An Airflow 3 task's stdin is its
+    # supervisor's socket, and the supervisor ends the try only when that socket closes: after a kill -9
+    # of the task process, the orphaned driver held it open, and the retry that adopts the driver waited
+    # until something killed the driver.
+    hook.submit(application, start_new_session=True, stdin=subprocess.DEVNULL)
+
+
 class StreamingAppOperator(SparkSubmitOperator):
     """spark-submit of one streaming app with the pipeline's config, read when the task runs."""
 
@@ -184,9 +195,7 @@ class StreamingAppOperator(SparkSubmitOperator):
         hook = self._hook
         guard = _WatchdogThread(self, config, lambda: _submitted_group(hook)).start()
         try:
-            # Its own session: the watchdog and on_kill can end the whole driver (spark-submit's JVM
-            # and the Python driver under it) without signalling this task's process group.
-            hook.submit(self.application, start_new_session=True)
+            submit_detached(hook, self.application)
         except Exception as error:
             if guard.verdict is not None:
                 raise AirflowException(f"watchdog: {self.app} was stuck: {guard.verdict}") from error

@@ -21,6 +21,7 @@ from stream_pipelines import jvm, registry
 from stream_pipelines.checkpoint.format import STATE_STORE_PROVIDERS
 from stream_pipelines.config import PipelineConfig, TopicSettings
 from stream_pipelines.parsing import RAW_SCHEMA
+from stream_pipelines.store import uses_object_store
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -59,7 +60,9 @@ def spark_conf(config: PipelineConfig, app: str | None = None) -> dict[str, str]
         conf["spark.pyspark.python"] = sys.executable
         conf["spark.pyspark.driver.python"] = sys.executable
     if "spark.jars.packages" not in settings.extra_conf:
-        conf["spark.jars"] = ",".join(jvm.spark_kafka_jars())
+        # The S3A connector only where the config stores something on S3: 38 more jars to load otherwise.
+        s3a = jvm.spark_s3a_jars() if uses_object_store(config) else []
+        conf["spark.jars"] = ",".join([*jvm.spark_kafka_jars(), *s3a])
     scratch = scratch_conf(config, app) if app is not None else {}
     conf.update(scratch)
     conf.update(settings.extra_conf)

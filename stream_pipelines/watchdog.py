@@ -118,11 +118,12 @@ def query_backlog(
 
 def checkpoint_end_offsets(config: PipelineConfig, app: str, query: str) -> dict[str, dict[str, int]]:
     """Where the query's last committed batch ended in each Kafka partition, or, before its first
-    commit, where it starts; empty when the checkpoint is not local or cannot be read."""
+    commit, where it starts; empty when the checkpoint cannot be read."""
     from stream_pipelines.checkpoint import format as checkpoint_format
+    from stream_pipelines.store import location
 
-    folder = checkpoint_format.local_path(config.checkpoint_dir(app, query.split(".", 1)[-1]))
-    if folder is None or not folder.is_dir():
+    folder = location(config, config.checkpoint_dir(app, query.split(".", 1)[-1]))
+    if not folder.is_dir():
         return {}
     try:
         committed = checkpoint_format.batch_ids(folder / "commits")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import socket
 import subprocess
 import sys
 import time
@@ -13,12 +12,7 @@ from pathlib import Path
 import pytest
 
 from stream_pipelines.config import PipelineConfig, load_config
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+from stream_pipelines.devtools.processes import free_port
 
 
 @pytest.fixture(scope="session")
@@ -108,6 +102,31 @@ def kill_processes_of(data_root: Path) -> int:
                 os.kill(int(entry.name), signal.SIGKILL)
                 killed += 1
     return killed
+
+
+@pytest.fixture(scope="session")
+def object_store(session_root: Path):
+    """An S3-compatible server (moto) on 127.0.0.1 for the whole session."""
+    from stream_pipelines.devtools.object_store import ObjectStoreServer
+
+    with ObjectStoreServer(session_root / "object-store") as server:
+        yield server
+
+
+@pytest.fixture
+def s3_root(object_store, monkeypatch: pytest.MonkeyPatch) -> Callable[[], list[str]]:
+    """Overrides that put a test's data root in a bucket of its own on the loopback object store (the
+    credentials go into the environment, the only place the project reads them from)."""
+    import os
+    import uuid
+
+    from stream_pipelines.devtools.object_store import CREDENTIALS
+
+    for name, value in CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    bucket = object_store.create_bucket(f"test-{uuid.uuid4().hex[:12]}")
+    assert os.environ["AWS_ACCESS_KEY_ID"] == CREDENTIALS["AWS_ACCESS_KEY_ID"]
+    return lambda: [f"paths.data_root={bucket}/pipeline", *object_store.settings()]
 
 
 @pytest.fixture(scope="session")

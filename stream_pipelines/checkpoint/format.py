@@ -21,7 +21,8 @@ it; its reader refuses a file that no longer matches. The strict readers refuse 
 (``UnreadableFile``, whose message completes ``offsets/7 ...``). ``lenient=True`` is for the batch log's
 copies (checksums not copied, so not checked): missing parts read as absent instead of failing.
 
-Only local (or ``file://``) locations are read: ``local_path`` tells which.
+Every function takes a pathlib-style location from ``store.location``: a local folder or one on S3.
+S3A writes no ``.crc`` files, so checksums are checked where Spark wrote them, on a filesystem.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from stream_pipelines import store
 
 # Keys of the SQL conf pinned in offsets/N that the preflight and the reset care about.
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
@@ -70,14 +73,6 @@ class OffsetsEntry:
 # --------------------------------------------------------------------------- files and listings
 
 
-def local_path(location: str | None) -> Path | None:
-    if not location:
-        return None
-    if location.startswith("file://"):
-        return Path(location.removeprefix("file://"))
-    return None if "://" in location else Path(location)
-
-
 def batch_files(folder: Path) -> dict[int, Path]:
     """offsets/ or commits/: batch id -> its file (checksums and temporary files left out)."""
     if not folder.is_dir():
@@ -110,7 +105,7 @@ def read_bytes(path: Path, *, lenient: bool = False) -> bytes:
         data = path.read_bytes()
     except OSError as error:
         raise UnreadableFile(f"cannot be read: {error.strerror or error}") from None
-    if not lenient:
+    if not lenient and not store.on_object_store(path):
         _verify_checksum(path, data)
     return data
 
@@ -301,6 +296,20 @@ def read_file_log(path: Path) -> list[dict[str, Any]]:
     ]
 
 
+def sink_files(output: Path) -> list[str]:
+    """The data files a file sink has committed, as its ``_spark_metadata`` log lists them: the latest
+    compacted entry (all files up to it) and every entry after it. Files in the folder that the log does
+    not list are debris of interrupted batches; Spark's readers skip them and so must any other."""
+    entries = log_entries(output / "_spark_metadata")
+    compacted = [index for index, (_, entry) in enumerate(entries) if entry.name.endswith(".compact")]
+    files: dict[str, bool] = {}
+    for _, entry in entries[compacted[-1] if compacted else 0 :]:
+        for item in read_file_log(entry):
+            if "path" in item:
+                files[item["path"]] = item.get("action", "add") != "delete"
+    return sorted(path for path, kept in files.items() if kept)
+
+
 # --------------------------------------------------------------------------- state
 
 
@@ -318,8 +327,8 @@ def state_operators(checkpoint: Path) -> dict[int, dict[str, Any]]:
             metadata = _json_object(lines[1], "operator metadata")
             described["name"] = metadata.get("operatorInfo", {}).get("operatorName")
             stores = metadata.get("stateStoreInfo", [])
-            described["stores"] = [store["storeName"] for store in stores]
-            described["partitions"] = max((store.get("numPartitions", 0) for store in stores), default=0)
+            described["stores"] = [info["storeName"] for info in stores]
+            described["partitions"] = max((info.get("numPartitions", 0) for info in stores), default=0)
         except (UnreadableFile, KeyError, TypeError):
             # Spark writes the operator metadata after the first batch; before that, the folders tell.
             sample = partitions[0] if partitions else None

@@ -33,7 +33,6 @@ from stream_pipelines.checkpoint.format import (
     UnreadableFile,
     batch_ids,
     kafka_offsets,
-    local_path,
     read_commit,
     read_initial_offsets,
     read_offsets,
@@ -43,7 +42,8 @@ from stream_pipelines.checkpoint.format import (
 )
 from stream_pipelines.config import PipelineConfig
 from stream_pipelines.registry import APP_NAMES
-from stream_pipelines.storage import write_json
+from stream_pipelines.store import location as location_of
+from stream_pipelines.store import write_json
 
 FINGERPRINT_FILE = "pipeline_fingerprint.json"
 FINGERPRINT_FORMAT = 1
@@ -145,9 +145,7 @@ def record_fingerprints(config: PipelineConfig, app: str) -> list[str]:
     written = []
     fingerprints = query_fingerprints(config, app)
     for spec in query_specs(config, app):
-        checkpoint = local_path(config.checkpoint_dir(app, spec.name))
-        if checkpoint is None:
-            continue
+        checkpoint = location_of(config, config.checkpoint_dir(app, spec.name))
         target = checkpoint / FINGERPRINT_FILE
         if target.exists() and batch_ids(checkpoint / "offsets"):
             continue
@@ -341,21 +339,18 @@ def inspect(config: PipelineConfig, app: str) -> AppCheckpointReport:
 
 
 def _inspect_query(config: PipelineConfig, spec: QuerySpec, fingerprint: dict[str, Any]) -> QueryCheckpoint:
-    location = config.checkpoint_dir(spec.app, spec.name)
+    folder = config.checkpoint_dir(spec.app, spec.name)
     result = QueryCheckpoint(
         spec.app,
         spec.name,
-        location,
+        folder,
         current_fingerprint=fingerprint,
         running_spark_version=running_spark_version(),
     )
-    checkpoint = local_path(location)
-    if checkpoint is None:
-        result.exists = True
-        result.notes.append("not on a local filesystem: inspection skipped, Spark will read it as it is")
-        return result
-    output = local_path(spec.output_path)
-    result.output_latest_batch = None if output is None else sink_log_latest_batch(output)
+    checkpoint = location_of(config, folder)
+    result.output_latest_batch = (
+        None if spec.output_path is None else sink_log_latest_batch(location_of(config, spec.output_path))
+    )
     _read_fingerprint(checkpoint, result)
     offsets_ids = batch_ids(checkpoint / "offsets")
     commit_ids = batch_ids(checkpoint / "commits")

@@ -8,8 +8,8 @@ told to start empty at batch B, so the reset writes the empty state stores itsel
 
 from __future__ import annotations
 
+import io
 import json
-import shutil
 import time
 import uuid
 import zipfile
@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from stream_pipelines import registry
+from stream_pipelines import registry, store
 from stream_pipelines.checkpoint.format import (
     PROVIDER_CLASS,
     SHUFFLE_PARTITIONS,
@@ -28,7 +28,6 @@ from stream_pipelines.checkpoint.format import (
     OffsetsEntry,
     UnreadableFile,
     kafka_offsets,
-    local_path,
     read_offsets,
 )
 from stream_pipelines.checkpoint.inspect import (
@@ -272,9 +271,7 @@ def _plan_reset(
     from_: str,
     kafka_start: list[dict[str, Any]] | None,
 ) -> _ResetPlan:
-    checkpoint = local_path(found.path)
-    if checkpoint is None:
-        raise CheckpointError(f"{found.name}: {found.path} is not on a local filesystem; reset it by hand")
+    checkpoint = store.location(config, found.path)
     notes: list[str] = []
     copy_source_logs: list[int] = []
     batch_watermark_ms = watermark_ms = 0
@@ -429,20 +426,20 @@ def _replace_checkpoint(
     """Build the new checkpoint beside the old one, then swap them; the old one is only renamed."""
     checkpoint = plan.checkpoint
     staging = _free_name(checkpoint.with_name(f".{checkpoint.name}.reset-staging"))
-    staging.mkdir(parents=True)
+    staging.mkdir(parents=True, exist_ok=True)
     try:
         _write_new_checkpoint(staging, plan, old=checkpoint)
         write_fingerprint(staging / FINGERPRINT_FILE, plan.spec.app, plan.spec.name, fingerprint, reset_info)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        store.remove_tree(staging)
         raise
     if aside is not None:
-        checkpoint.rename(aside)
+        store.move(checkpoint, aside)
     try:
-        staging.rename(checkpoint)
+        store.move(staging, checkpoint)
     except BaseException:
         if aside is not None:
-            aside.rename(checkpoint)
+            store.move(aside, checkpoint)
         raise
 
 
@@ -459,11 +456,11 @@ def _write_new_checkpoint(target: Path, plan: _ResetPlan, *, old: Path) -> None:
         if source is not None and "logOffset" not in source:
             # Spark's Kafka source reads this on a first start; after that it records where we began.
             folder = target / "sources" / str(index)
-            folder.mkdir(parents=True)
+            folder.mkdir(parents=True, exist_ok=True)
             (folder / "0").write_bytes(b"\x00v1\n" + json.dumps(source, separators=(",", ":")).encode())
     for index in plan.copy_source_logs:
         # A files source's offsets point into its own seen-files log, so the log travels with them.
-        shutil.copytree(old / "sources" / str(index), target / "sources" / str(index), dirs_exist_ok=True)
+        store.copy_tree(old / "sources" / str(index), target / "sources" / str(index))
     if plan.continue_after is None:
         return
     batch = plan.continue_after
@@ -477,14 +474,14 @@ def _write_new_checkpoint(target: Path, plan: _ResetPlan, *, old: Path) -> None:
     # planted files equal the old ones unless the conf changed, so copies of the log stay consistent.
     lines = ["v1", json.dumps(metadata, separators=(",", ":"))]
     lines += ["-" if s is None else json.dumps(s, separators=(",", ":")) for s in plan.sources]
-    (target / "offsets").mkdir()
-    (target / "commits").mkdir()
+    (target / "offsets").mkdir(exist_ok=True)
+    (target / "commits").mkdir(exist_ok=True)
     (target / "offsets" / str(batch)).write_text("\n".join(lines))
     if batch > 0:
         # Spark restarts after the last commit and reads the batch before it, for that batch's start.
         previous = old / "offsets" / str(batch - 1)
         if plan.reuse_previous_offsets and _readable_offsets(previous, len(plan.sources)):
-            shutil.copyfile(previous, target / "offsets" / str(batch - 1))
+            store.copy_tree(previous, target / "offsets" / str(batch - 1))
         else:
             (target / "offsets" / str(batch - 1)).write_text("\n".join(lines))
     commit = json.dumps({"nextBatchWatermarkMs": plan.watermark_ms}, separators=(",", ":"))
@@ -504,17 +501,22 @@ def _write_empty_state(target: Path, plan: _ResetPlan, *, version: int) -> None:
     """Batch V loads state version V; Spark 4.1 has no way to say 'start empty at V', so write it."""
     partitions = _partitions(plan.conf)
     hdfs = plan.conf[PROVIDER_CLASS] == STATE_STORE_PROVIDERS["hdfs"]
-    for operator, store in plan.state_stores:
+    for operator, store_name in plan.state_stores:
         for partition in range(partitions):
             folder = target / "state" / str(operator) / str(partition)
-            if store != "default":
-                folder = folder / store
+            if store_name != "default":
+                folder = folder / store_name
             folder.mkdir(parents=True, exist_ok=True)
             if hdfs:
                 (folder / f"{version}.snapshot").write_bytes(_EMPTY_HDFS_STATE_FILE)
             else:
-                with zipfile.ZipFile(folder / f"{version}.zip", "w") as archive:
-                    archive.writestr("metadata", _EMPTY_ROCKSDB_METADATA)
+                packed = io.BytesIO()
+                with zipfile.ZipFile(packed, "w") as archive:
+                    # A fixed date: the same empty store is the same bytes, on every store and run.
+                    archive.writestr(
+                        zipfile.ZipInfo("metadata", (1980, 1, 1, 0, 0, 0)), _EMPTY_ROCKSDB_METADATA
+                    )
+                (folder / f"{version}.zip").write_bytes(packed.getvalue())
 
 
 # --------------------------------------------------------------------------- Kafka offsets for a reset

@@ -38,7 +38,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import sqlite3
 import statistics
 import subprocess
@@ -56,6 +55,7 @@ from stream_pipelines.devtools.processes import (
     Proc,
     alive,
     descendants,
+    free_port,
     parent_pid,
     process_table,
     stop_process_group,
@@ -100,12 +100,6 @@ AIRFLOW_COMPONENTS = ("airflow-api-server", "airflow-scheduler", "airflow-dag-pr
 
 def say(message: str) -> None:
     print(f"[{datetime.now().strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 # --------------------------------------------------------------------------- the process table

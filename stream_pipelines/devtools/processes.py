@@ -5,9 +5,17 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on right now (another process may still take it before the caller binds)."""
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
 
 
 def alive(pid: int) -> bool:

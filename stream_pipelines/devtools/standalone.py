@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ from types import TracebackType
 from typing import Any
 
 from stream_pipelines.config import PROJECT_ROOT
+from stream_pipelines.devtools.processes import free_port
 
 HOST = "127.0.0.1"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
@@ -49,12 +49,6 @@ def spark_home() -> Path:
     import pyspark  # deferred: importing this module must stay cheap and side-effect free
 
     return Path(pyspark.__file__).resolve().parent
-
-
-def free_port(host: str = HOST) -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return probe.getsockname()[1]
 
 
 @dataclass
