@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.types import LongType, StructField, StructType
 
-from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
+from stream_pipelines.config import PROJECT_ROOT, STORED_PATHS, PipelineConfig
 from stream_pipelines.devtools.benchmarks.common import (
     BenchmarkError,
     Interrupts,
@@ -75,19 +75,6 @@ SEED = 20261120
 # otherwise point at a user's real data.
 MARKER = ".reconcile-benchmark"
 MANIFEST = "manifest.json"
-# The data root's entries; all relative to it, so that no env's absolute paths (an hdfs:// checkpoint
-# folder, an s3a:// archive) can aim the run at shared data.
-PRIVATE_PATHS = (
-    "archive",
-    "quarantine",
-    "checkpoints",
-    "outputs",
-    "batch_log",
-    "control",
-    "reports",
-    "compliance",
-    "gx",
-)
 # What the job writes; removed before a run on reused data, so every run writes from scratch.
 JOB_OUTPUTS = ("reports", "compliance")
 
@@ -864,7 +851,9 @@ def benchmark_config(args: argparse.Namespace) -> PipelineConfig:
     from stream_pipelines.config import config_from_args
 
     root = Path(args.data_root).resolve()
-    private = [f"paths.data_root={root}", *(f"paths.{name}={name}" for name in PRIVATE_PATHS)]
+    # Every stored entry relative to the data root, so that no env's absolute paths (an s3a:// archive)
+    # can aim the run at shared data.
+    private = [f"paths.data_root={root}", *(f"paths.{name}={name}" for name in STORED_PATHS)]
     return derive_config(config_from_args(args), private)
 
 
