@@ -123,3 +123,29 @@ def test_spark_and_kafka_property_names_keep_their_dots():
     )
     assert config.spark.extra_conf["spark.executor.memory"] == "3g"
     assert config.kafka.client_properties["security.protocol"] == "SSL"
+
+
+def test_s3_credentials_in_the_config_are_refused_they_come_from_the_environment():
+    message = error_for("spark.extra_conf.spark.hadoop.fs.s3a.secret.key=hunter2")
+    assert "spark.hadoop.fs.s3a.secret.key: credentials come only from the environment" in message
+    assert "hunter2" not in message
+
+
+def test_the_file_layer_reaches_s3_where_sparks_s3a_settings_point():
+    from stream_pipelines.store import s3_options
+
+    s3a = "spark.hadoop.fs.s3a"
+    options = s3_options(
+        {
+            f"{s3a}.endpoint": "minio.internal:9000",
+            f"{s3a}.connection.ssl.enabled": "false",
+            f"{s3a}.endpoint.region": "eu-west-1",
+            f"{s3a}.path.style.access": "true",
+        }
+    )
+    assert options["endpoint_url"] == "http://minio.internal:9000"
+    assert options["client_kwargs"] == {"region_name": "eu-west-1"}
+    assert options["config_kwargs"] == {"s3": {"addressing_style": "path"}}
+    assert s3_options({f"{s3a}.endpoint": "s3.eu-west-1.amazonaws.com"})["endpoint_url"] == (
+        "https://s3.eu-west-1.amazonaws.com"
+    )
