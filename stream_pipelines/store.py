@@ -196,7 +196,8 @@ def replace_if_unchanged(
             with contextlib.suppress(FileNotFoundError):
                 target.fs.copy(target.path, aside.path)
         try:
-            written = target.fs.pipe_file(target.path, payload, IfMatch=version)
+            # ETags travel quoted in HTTP; S3 compares the quoted form.
+            written = target.fs.pipe_file(target.path, payload, IfMatch=f'"{version}"')
         except (FileNotFoundError, FileExistsError):
             return None
         except OSError as error:
