@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import html
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from stream_pipelines.store import write_atomically
 
 if TYPE_CHECKING:
     from stream_pipelines.config import PipelineConfig
@@ -34,22 +35,16 @@ def write_report(result: ReconciliationResult, folder: Path) -> None:
     result.outputs["report_html"] = result.report_html
     document = result.as_json()
     document["plots"] = {name: str(folder / name) for name, made in plots.items() if made}
-    _atomic_write(folder / "report.json", json.dumps(document, indent=2, default=str))
-    _atomic_write(folder / "report.html", render_html(document))
+    write_atomically(folder / "report.json", json.dumps(document, indent=2, default=str))
+    write_atomically(folder / "report.html", render_html(document))
 
 
 def update_report(folder: Path, section: str, value: Any) -> None:
     """Add a section (e.g. quality gate results) to an existing report and re-render the HTML."""
     document = json.loads((folder / "report.json").read_text())
     document[section] = value
-    _atomic_write(folder / "report.json", json.dumps(document, indent=2, default=str))
-    _atomic_write(folder / "report.html", render_html(document))
-
-
-def _atomic_write(target: Path, text: str) -> None:
-    temporary = target.with_name(f".{target.name}.tmp")
-    temporary.write_text(text)
-    os.replace(temporary, target)
+    write_atomically(folder / "report.json", json.dumps(document, indent=2, default=str))
+    write_atomically(folder / "report.html", render_html(document))
 
 
 def plot_delays(result: ReconciliationResult, target: Path) -> bool:
