@@ -118,14 +118,15 @@ def copy_checkpoint_logs(checkpoint: Path, target: Path) -> int:
         return 0
     for log in COPIED_LOGS:
         base = checkpoint / log
-        folders = (
-            [base] if log != "sources" else [p for p in base.iterdir() if p.is_dir()] if base.is_dir() else []
-        )
-        for folder in folders:
-            relative = folder.relative_to(checkpoint) if not store.on_object_store(folder) else None
-            copy_folder = target / (
-                str(relative) if relative is not None else folder.path[len(checkpoint.path) :].strip("/")
-            )
+        # Relative names, the same on every store: offsets, commits, sources/<i>.
+        if log != "sources":
+            folders = {log: base}
+        elif base.is_dir():
+            folders = {f"{log}/{folder.name}": folder for folder in base.iterdir() if folder.is_dir()}
+        else:
+            folders = {}
+        for relative, folder in folders.items():
+            copy_folder = target / relative
             copies = store.entries(copy_folder)
             for name, (size, modified) in store.entries(folder).items():
                 if not checkpoint_format.is_log_entry(name):
