@@ -411,6 +411,23 @@ def run_app_task(home: Path, app: str) -> dict[str, Any] | None:
     return dict(zip(("run_id", "state", "try_number", "id"), row, strict=True)) if row else None
 
 
+RUNNER_TITLE = "airflow worker -- "
+
+
+def task_runner(table: dict[int, Proc], task_id: str | None) -> int | None:
+    """The pid of the Airflow task runner of task instance ``task_id`` (titled ``airflow worker --
+    <uuid>``). The metadata database keeps the id without dashes, the process title with them; the
+    executor's pool workers (``airflow worker -- LocalExecutor: <uuid>``) are not task runners."""
+    if not task_id:
+        return None
+    wanted = task_id.replace("-", "")
+    for proc in table.values():
+        title = " ".join(proc.argv)
+        if title.startswith(RUNNER_TITLE) and title.removeprefix(RUNNER_TITLE).replace("-", "") == wanted:
+            return proc.pid
+    return None
+
+
 class TaskLogs:
     """Counts the supervisor's own log lines in the task logs, read incrementally."""
 
@@ -614,15 +631,7 @@ class Chaos:
         how = "above spark-submit"
         if not title.startswith("airflow worker"):
             # An adopted driver has no runner above it: the runner to kill is the one following it.
-            task = run_app_task(self.home, app) or {}
-            runner = next(
-                (
-                    p.pid
-                    for p in table.values()
-                    if task.get("id") and " ".join(p.argv) == f"airflow worker -- {task['id']}"
-                ),
-                None,
-            )
+            runner = task_runner(table, (run_app_task(self.home, app) or {}).get("id"))
             how = "following the adopted driver"
             if runner is None:
                 result.notes.append("no task runner found")

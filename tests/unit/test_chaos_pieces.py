@@ -12,6 +12,7 @@ from stream_pipelines.devtools.chaos import (
     draw_schedule,
     drivers_in,
     fault_table,
+    task_runner,
     verdict,
 )
 from stream_pipelines.registry import APPS
@@ -73,3 +74,17 @@ def test_the_table_per_class_and_the_verdict():
     assert "fault 3 (runner-kill): not recovered" in problems
     assert "fault 3 (runner-kill): no adoption" in problems
     assert len(problems) == 4
+
+
+def test_the_runner_of_an_adopted_driver_is_found_by_its_task_instance_id():
+    """The database spells the id without dashes; the runner's title with them. The executor's pool
+    worker that forked the runner names the same id and is not the runner."""
+    processes = table(
+        Proc(5, 2, "S", ("airflow worker -- LocalExecutor: 01a20cd3-30eb-70d6-a7e9-b9a5b3bf8cae",)),
+        Proc(6, 5, "S", ("airflow worker -- 01a20cd3-30eb-70d6-a7e9-b9a5b3bf8cae",)),
+        Proc(7, 5, "S", ("airflow worker -- 01a20cd3-30c1-7ce5-83ca-d5838eaea94c",)),
+    )
+    assert task_runner(processes, "01a20cd330eb70d6a7e9b9a5b3bf8cae") == 6
+    assert task_runner(processes, "01a20cd3-30c1-7ce5-83ca-d5838eaea94c") == 7
+    assert task_runner(processes, "01a20cd3ffffffffffffffffffffffff") is None
+    assert task_runner(processes, None) is None
