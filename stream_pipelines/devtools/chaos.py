@@ -554,15 +554,18 @@ class Chaos:
         moment = time.time()
         result = FaultResult(number, fault, "", datetime.fromtimestamp(moment, UTC).isoformat())
         action = getattr(self, "_" + fault.replace("-", "_"))
+        injected = True
         try:
             result.target = action(app, result) if app else action(result)
         except Exception as error:  # a fault that could not be injected is a finding, not the end of the run
+            injected = False
             result.target = f"{app or 'stack'}: not injected: {type(error).__name__}: {error}"
             result.expectations.append(f"could not inject the fault: {error}")
         say(f"fault {number:>2} {fault:<17} {result.target}")
         recovered_at: dict[str, float | None] = {}
         deadline = time.monotonic() + self.recover_timeout_s
-        for name in scope:
+        # Nothing to recover from a fault that was not injected: no wait of recover_timeout for it.
+        for name in scope if injected else []:
             remaining = max(deadline - time.monotonic(), 1)
             settled = self.wait(
                 lambda name=name: self.healthy(name, moment)
@@ -570,10 +573,10 @@ class Chaos:
                 remaining,
             )
             recovered_at[name] = committed_since(self.config, name, moment) if settled else None
-        result.recovered = all(at is not None for at in recovered_at.values())
+        result.recovered = injected and all(at is not None for at in recovered_at.values())
         if result.recovered:
             result.next_batch_s = round(max(at - moment for at in recovered_at.values() if at), 1)
-        else:
+        elif injected:
             stuck = [name for name, at in recovered_at.items() if at is None]
             result.notes.append(f"not recovered within {self.recover_timeout_s:.0f}s: {', '.join(stuck)}")
         if fault == "runner-kill" and app:
@@ -634,8 +637,7 @@ class Chaos:
             runner = task_runner(table, (run_app_task(self.home, app) or {}).get("id"))
             how = "following the adopted driver"
             if runner is None:
-                result.notes.append("no task runner found")
-                return f"{app}: no task runner found above driver pid {pid}"
+                raise RuntimeError(f"no task runner found above or following driver pid {pid}")
         os.kill(runner, signal.SIGKILL)
         result.notes.append(f"driver pid {pid}")
         return f"{app}: kill -9 of task runner pid {runner} ({how}, driver pid {pid})"
