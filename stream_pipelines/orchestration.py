@@ -326,9 +326,14 @@ class _WatchdogThread:
         return self._thread.is_alive() and record.host == socket.gethostname() and process_exists(record.pid)
 
     def stop(self) -> None:
+        """Stop looking. A restart in progress (stop asked, drain timeout, kill) is waited for: the task
+        process exits when its try ends, and this daemon thread with it, which would leave a stuck
+        driver running."""
         self._stopping.set()
-        if self._thread is not threading.current_thread() and not self.busy:
-            self._thread.join(timeout=10)
+        if self._thread is threading.current_thread():
+            return
+        drain_s = self.config.supervision.drain_timeout.seconds
+        self._thread.join(timeout=drain_s + 30 if self.busy else 10)
 
     def _run(self) -> None:
         from stream_pipelines.control import process_exists
