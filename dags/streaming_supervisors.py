@@ -12,6 +12,7 @@ from airflow.sdk import DAG
 
 from stream_pipelines.orchestration import (
     DEFAULT_ARGS,
+    ORPHAN_RETRY_DELAY,
     SUPERVISOR_RETRIES,
     SUPERVISOR_TAGS,
     StreamingAppOperator,
@@ -43,9 +44,7 @@ for app_name in APP_NAMES:
             task_id="run_app",
             app=app_name,
             retries=SUPERVISOR_RETRIES,
-            retry_delay=timedelta(seconds=30),
-            retry_exponential_backoff=2.0,
-            max_retry_delay=timedelta(minutes=10),
+            retry_delay=ORPHAN_RETRY_DELAY,
             retry_policy=SupervisorRetryPolicy(app_name),
         )
         wait_until_wanted >> run_app
