@@ -176,9 +176,18 @@ def read_versioned(target: Path) -> tuple[bytes, str] | None:
     version is refused, so a decision made on the content is never written over a newer file."""
     try:
         version = _etag(target.fs.info(target.path)) if on_object_store(target) else _local_version(target)
-        return target.read_bytes(), version
+        return read_bytes(target), version
     except FileNotFoundError:
         return None
+
+
+def read_bytes(target: Path) -> bytes:
+    """The whole file. On S3 one GET: a record replaced while it is read comes back whole, old or new
+    (s3fs's file object reads by ranges pinned to the ETag it saw first, and fails with FileExpired
+    when a writer replaces the object in between, which the lease's renewals do every few seconds)."""
+    if on_object_store(target):
+        return target.fs.cat_file(target.path)
+    return target.read_bytes()
 
 
 def replace_if_unchanged(
@@ -237,7 +246,8 @@ def _precondition_failed(error: OSError) -> bool:
 
 
 def copy_tree(source: Path, target: Path) -> None:
-    """Copy a file, or a folder and everything under it, to ``target`` (created or added to)."""
+    """Copy a file, or a folder and everything under it, to ``target`` (created or added to): within a
+    store, or from a local disk to an object store."""
     if on_object_store(source):
         filesystem = source.fs
         if filesystem.isfile(source.path):
@@ -247,6 +257,14 @@ def copy_tree(source: Path, target: Path) -> None:
         prefix = source.path.rstrip("/") + "/"
         for key in filesystem.find(prefix):
             filesystem.copy(key, f"{target.path.rstrip('/')}/{key[len(prefix) :]}")
+        return
+    if on_object_store(target):
+        # From a local disk to the store (the Data Docs site, built locally by Great Expectations).
+        files = [source] if source.is_file() else [p for p in sorted(source.rglob("*")) if p.is_file()]
+        for path in files:
+            relative = path.relative_to(source).as_posix()
+            key = target.path if relative == "." else f"{target.path.rstrip('/')}/{relative}"
+            target.fs.put_file(str(path), key)
         return
     if source.is_dir():
         shutil.copytree(source, target, dirs_exist_ok=True)
@@ -301,10 +319,29 @@ def entries(folder: Path) -> dict[str, tuple[int, float]]:
 
 def files_under(folder: Path) -> list[str]:
     """The relative names of every file under a folder, at any depth, sorted."""
+    return sorted(tree_entries(folder))
+
+
+def tree_entries(folder: Path) -> dict[str, tuple[int, float]]:
+    """Relative name -> (size, modification time) of every file under a folder, at any depth, from one
+    recursive listing (paged requests on S3, not one per file); empty when the folder does not exist."""
     if on_object_store(folder):
         prefix = folder.path.rstrip("/") + "/"
-        return sorted(key[len(prefix) :] for key in folder.fs.find(prefix))
-    return sorted(str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file())
+        try:
+            found = folder.fs.find(prefix, detail=True)
+        except FileNotFoundError:
+            return {}
+        return {
+            key[len(prefix) :]: (int(item.get("size") or 0), _modified(item))
+            for key, item in found.items()
+            if item.get("type", "file") == "file"
+        }
+    listed = {}
+    for path in folder.rglob("*"):
+        if path.is_file():
+            stat = path.stat()
+            listed[path.relative_to(folder).as_posix()] = (stat.st_size, stat.st_mtime)
+    return listed
 
 
 def _modified(item: dict[str, Any]) -> float:
@@ -346,6 +383,6 @@ def write_json(target: Path, document: Any) -> None:
 def read_json(target: Path) -> Any | None:
     """The parsed document, None when the file does not exist; an unreadable one is an error."""
     try:
-        return json.loads(target.read_text())
+        return json.loads(read_bytes(target))
     except FileNotFoundError:
         return None

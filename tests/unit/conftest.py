@@ -14,3 +14,12 @@ def no_spark_started() -> Iterator[None]:
     before = SparkContext._active_spark_context
     yield
     assert SparkContext._active_spark_context is before, "a unit test started a SparkContext"
+
+
+@pytest.fixture(params=["local", "s3"])
+def stored_root(request: pytest.FixtureRequest, tmp_path) -> list[str]:
+    """Overrides that put the data root in a local folder, or in a bucket on the loopback S3 server (the
+    local scratch folder stays local): a test that takes it runs once on each store."""
+    if request.param == "s3":
+        return [*request.getfixturevalue("s3_root")(), f"paths.scratch={tmp_path}/scratch"]
+    return [f"paths.data_root={tmp_path}"]

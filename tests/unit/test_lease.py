@@ -8,7 +8,6 @@ import os
 import re
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -19,19 +18,11 @@ from stream_pipelines.lease import Lease, LeaseHeldError, LeaseLostError
 APP = "raw_archive"
 
 
-@pytest.fixture(params=["local", "s3"])
-def root(request, tmp_path: Path) -> list[str]:
-    """Where the checkpoints live: a local folder, or a bucket on the loopback S3 server."""
-    if request.param == "s3":
-        return [*request.getfixturevalue("s3_root")(), f"paths.scratch={tmp_path}/scratch"]
-    return [f"paths.data_root={tmp_path}"]
-
-
 @pytest.fixture
-def config(root: list[str]):
+def config(stored_root: list[str]):
     return load_config(
         "local",
-        [*root, "supervision.heartbeat_interval=1 seconds", "supervision.lease_timeout=3 seconds"],
+        [*stored_root, "supervision.heartbeat_interval=1 seconds", "supervision.lease_timeout=3 seconds"],
         environ={},
     )
 
@@ -112,8 +103,8 @@ def _race(config_args: list[str], start_at: float, results) -> None:
         results.put("refused")
 
 
-def test_of_drivers_racing_for_a_free_lease_exactly_one_wins(root):
-    args = root
+def test_of_drivers_racing_for_a_free_lease_exactly_one_wins(stored_root):
+    args = stored_root
     # spawn, not fork: a forked child would share the parent's s3 client and its event loop thread.
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
@@ -184,3 +175,26 @@ def test_a_crash_loop_keeps_only_the_last_few_stale_leases(config):
     Lease(config, APP).acquire(log=print)
     kept = sorted(p.name for p in Lease(config, APP).path.parent.glob("lease.json.stale-*"))
     assert len(kept) == 3, kept
+
+
+def test_a_record_replaced_between_its_version_and_its_content_is_read_whole(s3_root, tmp_path):
+    """A renewal landing while the supervisor reads the lease: the read returns a whole document (old
+    or new), never s3fs's FileExpired, and a replace on the version read first is refused."""
+    config = load_config("local", [*s3_root(), f"paths.scratch={tmp_path}/scratch"], environ={})
+    target = Lease(config, APP).path
+    store.write_json(target, {"heartbeat": 1})
+    filesystem, plain_info = target.fs, target.fs.info
+    renewals = iter(range(2, 100))
+
+    def info_then_a_renewal_lands(path, **kwargs):
+        found = plain_info(path, **kwargs)
+        filesystem.pipe_file(target.path, json.dumps({"heartbeat": next(renewals)}).encode())
+        return found
+
+    filesystem.info = info_then_a_renewal_lands
+    try:
+        content, version = store.read_versioned(target)
+    finally:
+        del filesystem.info
+    assert set(json.loads(content)) == {"heartbeat"}
+    assert store.replace_if_unchanged(target, version, "{}") is None

@@ -7,12 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from stream_pipelines import store
 from stream_pipelines.config import load_config
 from stream_pipelines.control import ControlStore
-from stream_pipelines.lease import LeaseRecord
+from stream_pipelines.lease import Lease, LeaseRecord
 from stream_pipelines.watchdog import Watchdog, WatchdogSettings
 
 QUERY = "raw_archive.archive"
+FIXTURE = Path(__file__).parent / "fixtures" / "checkpoints" / "kafka" / "checkpoints" / "raw_archive"
 SETTINGS = WatchdogSettings(trigger_s=10, window_s=60, lease_timeout_s=45)
 
 
@@ -171,16 +173,20 @@ def test_the_lease_carries_each_querys_kafka_end_offsets_for_the_watchdog():
     assert progress[QUERY]["end_offsets"] == {"sensors": {"0": 5, "1": 7}, "clicks": {"2": 9}}
 
 
-def test_a_driver_frozen_before_its_first_progress_reached_the_lease_is_found_stuck(tmp_path: Path):
-    """Frozen right after a start: the lease has no batch or end offsets for the query yet. What waits
-    is then measured from the checkpoint: its last committed batch's end offsets."""
-    import shutil
+def stored_fixture_checkpoints(stored_root: list[str]):
+    """A config on the given store, with the Kafka fixture's raw_archive checkpoints copied there."""
+    config = load_config("local", stored_root, environ={})
+    checkpoints = store.location(config, config.checkpoint_dir("raw_archive", "archive")).parent
+    store.copy_tree(FIXTURE, checkpoints)
+    return config, checkpoints / "archive"
 
+
+def test_a_driver_frozen_before_its_first_progress_reached_the_lease_is_found_stuck(stored_root):
+    """Frozen right after a start: the lease has no batch or end offsets for the query yet. What waits
+    is then measured from the checkpoint (on the store): its last committed batch's end offsets."""
     from stream_pipelines.watchdog import query_backlog
 
-    config = load_config("local", [f"paths.data_root={tmp_path}"], environ={})
-    fixture = Path(__file__).parent / "fixtures" / "checkpoints" / "kafka" / "checkpoints" / "raw_archive"
-    shutil.copytree(fixture, Path(config.checkpoint_dir("raw_archive", "archive")).parent)
+    config, _checkpoint = stored_fixture_checkpoints(stored_root)
     seen: list[dict] = []
 
     def broker(end_offsets):
@@ -196,16 +202,29 @@ def test_a_driver_frozen_before_its_first_progress_reached_the_lease_is_found_st
     assert seen[-1]["sensors"] == {"0": 5, "1": 5, "2": 0}
 
 
-def test_a_fresh_checkpoint_measures_what_waits_from_the_starting_offsets(tmp_path: Path):
-    import shutil
-
+def test_a_fresh_checkpoint_measures_what_waits_from_the_starting_offsets(stored_root):
     from stream_pipelines.watchdog import checkpoint_end_offsets
 
-    config = load_config("local", [f"paths.data_root={tmp_path}"], environ={})
-    fixture = Path(__file__).parent / "fixtures" / "checkpoints" / "kafka" / "checkpoints" / "raw_archive"
-    checkpoint = Path(config.checkpoint_dir("raw_archive", "archive"))
-    shutil.copytree(fixture, checkpoint.parent)
+    config, checkpoint = stored_fixture_checkpoints(stored_root)
     for log in ("commits", "offsets"):
-        shutil.rmtree(checkpoint / log)  # planned, nothing committed yet
+        store.remove_tree(checkpoint / log)  # planned, nothing committed yet
     assert checkpoint_end_offsets(config, "raw_archive", QUERY)["sensors"] == {"0": 0, "1": 0, "2": 0}
     assert checkpoint_end_offsets(config, "raw_archive", "raw_archive.no_such_query") == {}
+
+
+def test_a_frozen_drivers_lease_read_back_from_the_store_is_found_stuck(stored_root):
+    """The supervisor's view: the lease as read from the store (local or s3a://), whose holder (this
+    process, standing in for a frozen JVM) stopped renewing it."""
+    config = load_config(
+        "local",
+        [*stored_root, "supervision.heartbeat_interval=1 seconds", "supervision.lease_timeout=3 seconds"],
+        environ={},
+    )
+    held = Lease(config, "raw_archive").acquire(log=print)
+    watchdog = Watchdog(WatchdogSettings.of(config, "raw_archive"), Broker(high=None))
+    supervisor_view = Lease(config, "raw_archive")
+    assert watchdog.look(supervisor_view.read(), True) is None
+    time.sleep(3.5)
+    verdict = watchdog.look(supervisor_view.read(), True)
+    assert verdict and verdict.startswith("heartbeat ") and f"pid {held.pid}" in verdict
+    assert watchdog.look(supervisor_view.read(), False) is None  # once it is gone, a restart takes over
