@@ -3,9 +3,13 @@
 Suites: the raw events of day D (the archive rows the job reads), the streaming tumbling output for D,
 and the compliance table's D partition. Policy: an expectation with severity "critical" failing fails
 the gate (QualityGateFailed); a "warning" is reported and does not. Quarantine counts by reason come
-with the raw gate. Validations run through a file Data Context under ``<data_root>/gx`` with a Spark
-dataframe data source on the caller's session, and every run rebuilds the local Data Docs site, which
-then loads its scripts and styles from vendored copies (data_docs_assets), so it opens offline.
+with the raw gate. Validations run through a file Data Context under ``paths.gx`` with a Spark
+dataframe data source on the caller's session, and every run rebuilds the Data Docs site, which then
+loads its scripts and styles from vendored copies (data_docs_assets), so it opens offline.
+
+Great Expectations' file context needs a local disk. When ``paths.gx`` is on an object store, the
+context lives in the local scratch folder and each run copies the rebuilt site to ``paths.gx`` through
+the file layer, where the gate results link to it.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stream_pipelines import registry
+from stream_pipelines import registry, store
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -125,7 +129,8 @@ def validate(
 
     from stream_pipelines.data_docs_assets import localize
 
-    context = gx.get_context(mode="file", project_root_dir=config.data_path("gx"))
+    project_root = gx_project_root(config)
+    context = gx.get_context(mode="file", project_root_dir=str(project_root))
     source = context.data_sources.add_or_update_spark(name=DATASOURCE)
     asset = next((a for a in source.assets if a.name == suite_name), None) or source.add_dataframe_asset(
         name=suite_name
@@ -147,7 +152,9 @@ def validate(
     outcome = checkpoint.run(batch_parameters={"dataframe": frame}, run_id=None)
     data_docs = _docs_index(context)
     if data_docs:
-        localize(Path(data_docs.removeprefix("file://")).parent)
+        site = Path(data_docs.removeprefix("file://")).parent
+        localize(site)
+        data_docs = publish_data_docs(config, project_root, site) or data_docs
     critical, warnings, evaluated = [], [], 0
     for suite_result in outcome.run_results.values():
         for result in suite_result.results:
@@ -172,6 +179,32 @@ def validate(
         warnings=warnings,
         data_docs=data_docs,
     )
+
+
+def gx_project_root(config: PipelineConfig) -> Path:
+    """The local folder of the Great Expectations project: ``paths.gx`` itself when local, else the
+    local scratch folder (GX's file context cannot live on an object store)."""
+    home = config.data_path("gx")
+    if store.is_local(home):
+        return Path(home.removeprefix("file://"))
+    scratch = config.scratch_dir("gx")
+    if scratch is None:
+        raise store.StoreError(
+            f"paths.gx is {home}, so Great Expectations needs a local working folder, but paths.scratch "
+            f"({config.data_path('scratch')}) is not local; set paths.scratch to a local absolute path"
+        )
+    return Path(scratch)
+
+
+def publish_data_docs(config: PipelineConfig, project_root: Path, site: Path) -> str | None:
+    """Copy the rebuilt Data Docs site to ``paths.gx`` when that is on an object store; returns the URL
+    of its index there (None when ``paths.gx`` is local: the site is already in place)."""
+    home = config.data_path("gx")
+    if store.is_local(home):
+        return None
+    target = f"{home.rstrip('/')}/{site.relative_to(project_root).as_posix()}"
+    store.copy_tree(site, store.location(config, target))
+    return f"{target}/index.html"
 
 
 def _describe_kwargs(kwargs: dict[str, Any]) -> str:
@@ -229,6 +262,6 @@ def attach_to_report(config: PipelineConfig, day: date, results: list[GateResult
     """Add the gate results (and Data Docs links) to day D's reconciliation report, if it exists."""
     from stream_pipelines.reconciliation.report import report_dir, update_report
 
-    folder = Path(report_dir(config, day.isoformat()))
+    folder = report_dir(config, day.isoformat())
     if (folder / "report.json").is_file():
         update_report(folder, "quality_gates", [r.as_json() for r in results])

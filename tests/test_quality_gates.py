@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from stream_pipelines import quality_gates
+from stream_pipelines import quality_gates, store
 from stream_pipelines.registry import COMPLIANCE_WINDOWS
 from tests.conftest import make_overrides_config
 
@@ -92,3 +92,28 @@ def test_duplicate_windows_and_an_average_above_the_maximum_fail_critically(spar
     assert "expect_compound_columns_to_be_unique" in failed and "max_minus_avg" in failed
     with pytest.raises(quality_gates.QualityGateFailed, match="streaming_outputs"):
         quality_gates.enforce(result)
+
+
+def test_data_docs_are_published_to_the_object_store_and_linked_from_the_result(
+    spark, make_overrides, s3_root, tmp_path
+):
+    """With paths.gx in a bucket, GX works in the local scratch folder and the rebuilt site is copied to
+    the bucket, where the gate result's link points."""
+    config = make_overrides_config(make_overrides(*s3_root(), f"paths.scratch={tmp_path}/scratch"))
+    windows = spark.createDataFrame([window(0, "sensor-0001", 20.0, 30.0, 10.0, 2)], WINDOW_COLUMNS)
+    result = quality_gates.validate(
+        config,
+        quality_gates.with_range_columns(windows),
+        quality_gates.STREAMING_OUTPUTS,
+        DAY,
+        quality_gates.window_expectations(),
+    )
+    assert result.success
+    assert result.data_docs.startswith(f"{config.data_path('gx')}/")
+    assert result.data_docs.endswith("/index.html")
+    site = store.location(config, result.data_docs.removesuffix("/index.html"))
+    published = store.files_under(site)
+    assert "index.html" in published
+    assert any(name.startswith("validations/") for name in published), published
+    assert "streaming_outputs" in (site / "index.html").read_text()
+    assert (tmp_path / "scratch" / "gx").is_dir()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import uuid
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -27,6 +28,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
+from stream_pipelines import store
 from stream_pipelines.apps import raw_archive, sensor_aggregation
 from stream_pipelines.batch_log import (
     BatchLogRecorder,
@@ -44,13 +46,16 @@ from stream_pipelines.reconciliation.job import (
     run_reconciliation,
 )
 from stream_pipelines.reconciliation.ledger import with_batches
+from stream_pipelines.reconciliation.report import report_dir
 from stream_pipelines.registry import COMPLIANCE_WINDOWS
+from stream_pipelines.submit import reconcile_submit_command, submit_environment
 from tests.conftest import (
     Replay,
     create_topic,
     files_source_overrides,
     make_overrides_config,
     overrides_for,
+    run_app,
     run_in_process,
 )
 
@@ -497,3 +502,93 @@ def test_a_stream_window_with_events_not_yet_archived_is_pending_and_archived_on
     assert (archived.kind, archived.verdict) == (diff.DIFFERENT, diff.UNEXPLAINED)
     extra = diff.classify({**row, "exact_present": None, "archived_for_stream": False}, tolerances)
     assert (extra.kind, extra.verdict) == (diff.EXTRA, diff.PENDING)
+
+
+def compliance_rows_on_store(config: PipelineConfig, day: date = DAY) -> dict:
+    """Day D's compliance rows read with pyarrow through the file layer (another reader than Spark)."""
+    import pyarrow.parquet as pq
+
+    partition = store.location(config, f"{compliance_dir(config)}/event_date={day.isoformat()}")
+    rows = {}
+    for name in store.files_under(partition):
+        if not name.endswith(".parquet"):
+            continue
+        with (partition / name).open("rb") as handle:
+            for r in pq.read_table(handle).to_pylist():
+                rows[(r["sensor_id"], r["window_start"].replace(tzinfo=None))] = (
+                    r["reading_count"],
+                    r["avg_temperature"],
+                    r["max_temperature"],
+                    r["min_temperature"],
+                )
+    return rows
+
+
+# What a run decides, apart from where it read and wrote and when it ran.
+VERDICT_SECTIONS = (
+    "status",
+    "window_counts",
+    "diffs",
+    "ad_match_diffs",
+    "late_event_ledger",
+    "delay_analysis",
+    "quarantine",
+    "compliance_rows",
+)
+
+
+@pytest.mark.slow
+def test_the_reconciliation_over_s3_equals_the_same_run_over_local_data(
+    spark, scenario, reconciled, s3_root, tmp_path
+):
+    """The scenario through spark-submit with every stored path in a bucket of the loopback S3 server:
+    the archive, sensor_aggregation, their checkpoints and batch log, then the nightly job, whose ledger,
+    verdicts and compliance rows equal the local run's, and whose report names the s3a:// inputs."""
+    overrides = [
+        *overrides_for(
+            tmp_path / "unused",
+            scenario.ports,
+            *files_source_overrides(scenario.replay_root),
+            f"kafka.topics.sliding_averages.name={scenario.sliding_topic}",
+        ),
+        *s3_root(),
+        f"paths.scratch={tmp_path}/scratch",
+    ]
+    config = make_overrides_config(overrides)
+    bucket_root = config.data_path("checkpoints").removesuffix("/checkpoints")
+    assert bucket_root.startswith("s3a://")
+    log = tmp_path / "spark-submit.log"
+    with log.open("ab") as output:
+        for app in ("raw_archive", "sensor_aggregation"):
+            driver = run_app(app, "available-now", overrides, stdout=output, stderr=subprocess.STDOUT)
+            assert driver.wait(600) == 0, f"{app} failed; see {log}"
+        job = subprocess.run(
+            reconcile_submit_command(config, DAY, overrides),
+            env=submit_environment(),
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            timeout=600,
+        )
+    assert job.returncode == 0, f"reconcile failed; see {log}"
+
+    folder = report_dir(config, DAY.isoformat())
+    on_s3 = json.loads((folder / "report.json").read_text())
+    local = json.loads(Path(reconciled.result.report_json).read_text())
+    assert on_s3["status"] == "passed"
+    assert {section: on_s3[section] for section in VERDICT_SECTIONS} == {
+        section: local[section] for section in VERDICT_SECTIONS
+    }
+    assert on_s3["late_event_ledger"]["count"] == len(LATE_EVENTS)
+    assert compliance_rows_on_store(config) == pytest.approx(compliance_rows(spark, reconciled.config))
+    assert compliance_rows_on_store(config) == pytest.approx(EXPECTED_COMPLIANCE)
+
+    inputs = on_s3["inputs"]
+    for name in ("archive_path", "streaming_output_path", "batch_log_path", "ad_matches_path"):
+        assert inputs[name].startswith(f"{bucket_root}/"), (name, inputs[name])
+    assert (
+        on_s3["outputs"]["report_html"]
+        == f"{bucket_root}/reports/reconciliation/{DAY.isoformat()}/report.html"
+    )
+    assert {"delay_histogram.png", "what_if.png", "report.html"} <= set(store.files_under(folder))
+    assert (folder / "what_if.png").read_bytes().startswith(b"\x89PNG")
+    assert not (tmp_path / "unused").exists(), "something was written to the local data root"

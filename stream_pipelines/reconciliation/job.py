@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
@@ -451,6 +450,9 @@ def summarize(
             "sensor_events_for_day": int(day_counts["events"]),
             "streaming_output_path": registry.SENSOR_WINDOWS.location(config),
             "streaming_rows_for_day": window_counts["streaming_windows"],
+            "ad_matches_path": registry.AD_MATCHES.location(config),
+            "ad_batch_log_path": str(batch_log.query_log_dir(config, AD_APP, MATCHES_QUERY)),
+            "sensor_metadata_path": config.project_path(config.sensors.metadata_path),
             **audit_trail(config, inputs.tumbling_batches),
         },
         window_counts=window_counts,
@@ -535,7 +537,7 @@ def publish(
     """Write the ledger, the compliance table and the report; records what it wrote on ``result``."""
     ledger_dir = registry.LATE_EVENT_LEDGER.location(config)
     folder = report.report_dir(config, result.day)
-    result.outputs.update({"ledger": ledger_dir, "report_dir": folder})
+    result.outputs.update({"ledger": ledger_dir, "report_dir": str(folder)})
     write_day_partition(sensors.ledger, ledger_dir, result.day)
     if not result.unexplained:
         # Published only when every diff is explained: otherwise the archive itself is suspect.
@@ -545,7 +547,7 @@ def publish(
     else:
         result.notes.append("compliance table NOT updated for this day: unexplained diffs")
     result.inputs["duration_s"] = round(time.monotonic() - started, 1)
-    report.write_report(result, Path(folder))
+    report.write_report(result, folder)
 
 
 def write_day_partition(frame: DataFrame, path: str, day: str) -> int:

@@ -123,10 +123,8 @@ def gate_outputs(day: str) -> list[dict[str, Any]]:
 
 def publish_report(day: str, raw_gate: dict[str, Any], output_gates: list[dict[str, Any]]) -> str:
     """Attach every gate's result to D's report; returns the HTML report's path."""
-    from pathlib import Path
-
     from stream_pipelines.reconciliation.report import report_dir, update_report
 
-    folder = Path(report_dir(_config(), day))
+    folder = report_dir(_config(), day)
     update_report(folder, "quality_gates", [raw_gate, *output_gates])
     return str(folder / "report.html")

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import html
+import io
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stream_pipelines.store import write_atomically
+from stream_pipelines.store import location, write_atomically
 
 if TYPE_CHECKING:
     from stream_pipelines.config import PipelineConfig
@@ -17,24 +18,23 @@ DELAY_PLOT = "delay_histogram.png"
 WHAT_IF_PLOT = "what_if.png"
 
 
-def report_dir(config: PipelineConfig, day: str) -> str:
-    """Where event day D's report lives (``day`` as YYYY-MM-DD)."""
-    return f"{config.data_path('reports')}/reconciliation/{day}"
+def report_dir(config: PipelineConfig, day: str) -> Path:
+    """Where event day D's report lives (``day`` as YYYY-MM-DD), locally or on the object store."""
+    return location(config, f"{config.data_path('reports')}/reconciliation/{day}")
 
 
 def write_report(result: ReconciliationResult, folder: Path) -> None:
-    """Write report.json, report.html and the plots into ``folder``; sets the paths on ``result``."""
-    folder.mkdir(parents=True, exist_ok=True)
-    plots = {
-        DELAY_PLOT: plot_delays(result, folder / DELAY_PLOT),
-        WHAT_IF_PLOT: plot_what_if(result, folder / WHAT_IF_PLOT),
-    }
+    """Write report.json, report.html and the plots into ``folder`` (a :func:`store.location`, local or
+    on the object store); sets the paths on ``result``."""
+    plots = {DELAY_PLOT: delay_plot(result), WHAT_IF_PLOT: what_if_plot(result)}
+    for name, png in plots.items():
+        write_atomically(folder / name, png)
     result.report_json = str(folder / "report.json")
     result.report_html = str(folder / "report.html")
     result.outputs["report_json"] = result.report_json
     result.outputs["report_html"] = result.report_html
     document = result.as_json()
-    document["plots"] = {name: str(folder / name) for name, made in plots.items() if made}
+    document["plots"] = {name: str(folder / name) for name in plots}
     write_atomically(folder / "report.json", json.dumps(document, indent=2, default=str))
     write_atomically(folder / "report.html", render_html(document))
 
@@ -47,13 +47,28 @@ def update_report(folder: Path, section: str, value: Any) -> None:
     write_atomically(folder / "report.html", render_html(document))
 
 
-def plot_delays(result: ReconciliationResult, target: Path) -> bool:
+def _png(figure: Any) -> bytes:
+    """The figure as PNG bytes (written through the file layer, so the report can live on a store)."""
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    figure.tight_layout()
+    figure.savefig(buffer, format="png", dpi=90)
+    plt.close(figure)
+    return buffer.getvalue()
+
+
+def _figure() -> tuple[Any, Any]:
     import matplotlib
 
     matplotlib.use("Agg")  # no display on servers
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(figsize=(7, 3.5))
+    return plt.subplots(figsize=(7, 3.5))
+
+
+def delay_plot(result: ReconciliationResult) -> bytes:
+    figure, axes = _figure()
     drawn = False
     for stats in result.delay_stats:
         if stats.histogram:
@@ -65,19 +80,11 @@ def plot_delays(result: ReconciliationResult, target: Path) -> bool:
     axes.set_title(f"Arrival delay, event day {result.day}")
     if drawn:
         axes.legend()
-    figure.tight_layout()
-    figure.savefig(target, dpi=90)
-    plt.close(figure)
-    return True
+    return _png(figure)
 
 
-def plot_what_if(result: ReconciliationResult, target: Path) -> bool:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(7, 3.5))
+def what_if_plot(result: ReconciliationResult) -> bytes:
+    figure, axes = _figure()
     delays = [w.delay_s / 60 for w in result.what_if]
     axes.plot(delays, [100 * w.dropped_share for w in result.what_if], marker="o", label="dropped (%)")
     axes.set_xlabel("watermark delay (minutes)")
@@ -86,10 +93,7 @@ def plot_what_if(result: ReconciliationResult, target: Path) -> bool:
     latency.plot(delays, [w.output_latency_s / 60 for w in result.what_if], color="grey", linestyle="--")
     latency.set_ylabel("output latency (minutes)")
     axes.set_title(f"What-if by watermark delay, event day {result.day}")
-    figure.tight_layout()
-    figure.savefig(target, dpi=90)
-    plt.close(figure)
-    return True
+    return _png(figure)
 
 
 def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:

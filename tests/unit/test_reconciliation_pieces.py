@@ -35,7 +35,7 @@ def test_arrival_days_read_for_a_day_run_from_the_day_before_to_the_horizon(hori
 
 
 def test_the_report_of_a_day_has_its_own_folder(config: PipelineConfig):
-    assert report_dir(config, "2026-01-01") == "/srv/pipeline/reports/reconciliation/2026-01-01"
+    assert str(report_dir(config, "2026-01-01")) == "/srv/pipeline/reports/reconciliation/2026-01-01"
 
 
 def test_every_topic_is_in_the_quarantine_counts_even_without_rejections():
