@@ -12,6 +12,7 @@
                 [--time ISO] --confirm APP     a new checkpoint from those offsets (state is lost)
     pipelinectl control APP ACTION             stop|start|restart|pause|resume, as the pipeline_control DAG
     pipelinectl reconcile --date D             the nightly reconciliation for event day D, without Airflow
+    pipelinectl outputs sweep [--dry-run]      remove output files the sinks' logs do not list (debris)
     pipelinectl status | up | down             the local stack (make status / up / down)
     pipelinectl demo                           the scripted end-to-end scenario (make demo)
 
@@ -129,6 +130,18 @@ def _build_parser() -> argparse.ArgumentParser:
 
     reconcile = command("reconcile", _reconcile, "reconcile event day D against the streams (spark-submit)")
     reconcile.add_argument("--date", required=True, type=date.fromisoformat, help="event day D (YYYY-MM-DD)")
+
+    outputs = command(
+        "outputs",
+        _outputs,
+        "remove the files in the streaming outputs that their sink's log does not list (debris of "
+        "interrupted batches, which plain Parquet readers would count), once older than the grace period",
+    )
+    outputs.add_argument("action", choices=["sweep"])
+    outputs.add_argument(
+        "--grace", default=None, help="e.g. '6 hours' (default: maintenance.orphan_grace in the config)"
+    )
+    outputs.add_argument("--dry-run", action="store_true", help="report what would go; remove nothing")
 
     command("status", _status, "what runs: broker, Airflow, monitoring, and each app's state")
     command("up", _up, "start the local stack: broker, Airflow, generator, Prometheus (make up)")
@@ -406,6 +419,20 @@ def _reconcile(config: PipelineConfig, args: argparse.Namespace) -> int:
 
     command = reconcile_submit_command(config, args.date, args.overrides)
     return subprocess.run(command, env=submit_environment(), check=False).returncode
+
+
+def _outputs(config: PipelineConfig, args: argparse.Namespace) -> int:
+    from stream_pipelines import maintenance
+    from stream_pipelines.config import Duration
+
+    try:
+        grace = Duration.parse(args.grace) if args.grace else config.maintenance.orphan_grace
+    except ValueError as error:
+        raise UserFacingError(f"--grace: {error}") from None
+    outcome = maintenance.sweep_and_record(config, grace.seconds, dry_run=args.dry_run)
+    for line in outcome.lines():
+        print(line)
+    return 0 if outcome.ok else 1
 
 
 def _status(config: PipelineConfig, args: argparse.Namespace) -> int:

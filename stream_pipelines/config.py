@@ -356,6 +356,12 @@ class ReconciliationSettings(_Section):
     report_ledger_rows: int = Field(1000, ge=0)
 
 
+class MaintenanceSettings(_Section):
+    # An output file that its sink's log does not list is removed once it is this old: longer than any
+    # micro-batch takes to write and commit, so the files of a batch in flight are never touched.
+    orphan_grace: PositiveDuration = Duration(6 * 3600)
+
+
 class MetricsSettings(_Section):
     enabled: bool = True
     host: str = "127.0.0.1"
@@ -376,6 +382,7 @@ class PipelineConfig(_Section):
     quality: QualitySettings = QualitySettings()
     supervision: SupervisionSettings = SupervisionSettings()
     reconciliation: ReconciliationSettings = ReconciliationSettings()
+    maintenance: MaintenanceSettings = MaintenanceSettings()
     metrics: MetricsSettings = MetricsSettings()
 
     # The folder the config was read from (handed on to drivers as --conf-dir); relative paths resolve

@@ -461,3 +461,21 @@ def reset_checkpoint(params: dict[str, Any]) -> str:
         raise AirflowFailException(str(error)) from None
     print(result.describe(), flush=True)
     return result.describe()
+
+
+def sweep_outputs(params: dict[str, Any]) -> dict[str, Any]:
+    """The output_maintenance DAG's task: the sweep of every file sink, its lines in the task log; fails
+    (not retried) when a folder was refused, which needs a person."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from stream_pipelines import maintenance
+
+    config = _config()
+    outcome = maintenance.sweep_and_record(
+        config, config.maintenance.orphan_grace.seconds, dry_run=bool(params.get("dry_run"))
+    )
+    print("\n".join(outcome.lines()), flush=True)
+    if not outcome.ok:
+        refused = "; ".join(sweep.summary() for sweep in outcome.sweeps if sweep.refused)
+        raise AirflowFailException(f"output sweep refused: {refused}")
+    return outcome.as_json()
