@@ -165,6 +165,41 @@ def run_app(app: str, trigger: str, overrides: list[str], **popen) -> subprocess
     return subprocess.Popen(command, env=submit_environment(), start_new_session=True, **popen)
 
 
+def run_then_reconcile(apps: list[str], overrides: list[str], day, log: Path) -> None:
+    """Each app drained with available-now through spark-submit, then the nightly job for ``day``, as the
+    front door runs them; their output goes to ``log``, which a failure names."""
+    from stream_pipelines.submit import reconcile_submit_command, submit_environment
+
+    with log.open("ab") as output:
+        for app in apps:
+            driver = run_app(app, "available-now", overrides, stdout=output, stderr=subprocess.STDOUT)
+            assert driver.wait(600) == 0, f"{app} failed; see {log}"
+        job = subprocess.run(
+            reconcile_submit_command(load_config("local", overrides), day, overrides),
+            env=submit_environment(),
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            timeout=600,
+        )
+    assert job.returncode == 0, f"the reconciliation failed or found unexplained diffs; see {log}"
+
+
+def committed_rows(config: PipelineConfig, output: str, columns: list[str]) -> list[dict]:
+    """Every row of the files a file sink's log lists, read with pyarrow through the file layer (as a
+    reader other than Spark would), with the partition values from each file's path."""
+    import pyarrow.parquet as pq
+
+    from stream_pipelines import store
+    from stream_pipelines.checkpoint.format import sink_files
+
+    rows = []
+    for url in sink_files(store.location(config, output)):
+        partitions = dict(part.split("=", 1) for part in url.split("/") if "=" in part)
+        with store.location(config, url).open("rb") as handle:
+            rows += [{**partitions, **row} for row in pq.read_table(handle, columns=columns).to_pylist()]
+    return rows
+
+
 def wait_for(condition: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.05) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections import Counter
 
-import pyarrow.parquet as pq
+import pyarrow.dataset as ds
 import pytest
 
-from stream_pipelines import store
+from stream_pipelines import maintenance, registry, store
 from stream_pipelines.batch_log import load_batches
 from stream_pipelines.checkpoint import format as checkpoint_format
 from stream_pipelines.checkpoint.inspect import preflight
@@ -22,22 +23,16 @@ from stream_pipelines.control import ControlStore
 from stream_pipelines.devtools import generator
 from stream_pipelines.lease import Lease
 from stream_pipelines.topics import ensure_topics
-from tests.conftest import make_overrides_config, private_source_topics, run_app, wait_for
+from tests.conftest import (
+    committed_rows,
+    make_overrides_config,
+    private_source_topics,
+    run_app,
+    run_then_reconcile,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
-
-
-def committed_rows(config) -> list[dict]:
-    """Every row of the files the archive's sink log lists, read with pyarrow through the file layer."""
-    archive = store.location(config, config.data_path("archive"))
-    rows = []
-    for url in checkpoint_format.sink_files(archive):
-        # topic is a partition column: it is in the path (topic=<name>/arrival_date=<day>/part-...).
-        topic = next(part.split("=", 1)[1] for part in url.split("/") if part.startswith("topic="))
-        with store.location(config, url).open("rb") as handle:
-            table = pq.read_table(handle, columns=["partition", "offset", "value"])
-        rows += [{"topic": topic, **row} for row in table.to_pylist()]
-    return rows
 
 
 def test_the_raw_archive_on_s3_survives_a_kill_minus_nine_exactly_once(
@@ -98,11 +93,19 @@ def test_the_raw_archive_on_s3_survives_a_kill_minus_nine_exactly_once(
     assert resumed.wait(600) == 0
     assert (checkpoint / "commits" / str(killed_batch)).exists(), "the interrupted batch was redone"
 
-    rows = committed_rows(config)
+    rows = committed_rows(config, config.data_path("archive"), ["partition", "offset", "value"])
     coordinates = Counter((row["topic"], row["partition"], row["offset"]) for row in rows)
     assert len(rows) == len(records), f"{len(rows)} archived of {len(records)} produced"
     assert max(coordinates.values()) == 1, "an offset archived twice"
     assert sorted(row["value"] for row in rows) == sorted(record.value for record in records)
+
+    # What the interrupted batch left (if S3A had closed a file) goes with the output sweep; then a
+    # plain Parquet reader of the whole folder sees exactly the committed rows.
+    archive = store.location(config, config.data_path("archive"))
+    sweep = maintenance.sweep_outputs(config, 0, now=time.time() + 60, datasets=[registry.ARCHIVE])[0]
+    assert sweep.refused is None and sweep.committed_files == len(checkpoint_format.sink_files(archive))
+    plainly = ds.dataset(archive.path, filesystem=archive.fs, format="parquet", partitioning="hive")
+    assert plainly.count_rows() == len(records)
 
     # The batch log and the control records are in the bucket too, and the lease was released.
     batches = load_batches(config, "raw_archive", "archive")
@@ -111,3 +114,41 @@ def test_the_raw_archive_on_s3_survives_a_kill_minus_nine_exactly_once(
     control = ControlStore(config)
     assert store.on_object_store(control.root) and control.last_exit("raw_archive")["status"] == "finished"
     assert Lease(config, "raw_archive").read() is None
+
+
+def test_ad_matching_on_s3_agrees_with_the_nightly_exact_recompute(broker, make_overrides, s3_root, tmp_path):
+    """ad_matching (the stream-stream join, its state and file sinks) with every path in a bucket, then
+    the nightly job over the same bucket: every match it wrote is reproduced by the exact recompute from
+    the archive, or explained or pending, never unexplained."""
+    import json
+
+    from stream_pipelines.reconciliation.report import report_dir
+    from stream_pipelines.registry import AD_MATCHES
+
+    overrides = make_overrides(*private_source_topics(), *s3_root(), f"paths.scratch={tmp_path}/data/scratch")
+    config = make_overrides_config(overrides)
+    ensure_topics(config)
+    spec = generator.ScenarioSpec(
+        seed=21,
+        duration_s=180,
+        sensor_rate=1,
+        ad_rate=5,
+        topics=generator.TopicNames(*(topic.name for topic in config.kafka.topics.inputs())),
+    )
+    records = generator.generate(spec)
+    generator.produce_to_kafka(records, config.kafka.bootstrap_servers)
+
+    day = spec.start.date()
+    run_then_reconcile(["raw_archive", "ad_matching"], overrides, day, tmp_path / "spark-submit.log")
+
+    written = committed_rows(config, AD_MATCHES.location(config), ["impression_id", "matched"])
+    assert any(row["matched"] for row in written), "no match written to the bucket"
+    assert len({row["impression_id"] for row in written if row["matched"]}) == sum(
+        row["matched"] for row in written
+    ), "an impression matched twice"
+
+    report = json.loads((report_dir(config, day.isoformat()) / "report.json").read_text())
+    assert report["inputs"]["ad_matches_path"] == AD_MATCHES.location(config)
+    assert [d for d in report["ad_match_diffs"] if d["verdict"] == "unexplained"] == []
+    assert Lease(config, "ad_matching").read() is None
+    assert ControlStore(config).last_exit("ad_matching")["status"] == "finished"

@@ -18,13 +18,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import uuid
 from dataclasses import dataclass
 from datetime import date, datetime
 from itertools import pairwise
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import functions as F
 
@@ -48,15 +48,14 @@ from stream_pipelines.reconciliation.job import (
 from stream_pipelines.reconciliation.ledger import with_batches
 from stream_pipelines.reconciliation.report import report_dir
 from stream_pipelines.registry import COMPLIANCE_WINDOWS
-from stream_pipelines.submit import reconcile_submit_command, submit_environment
 from tests.conftest import (
     Replay,
     create_topic,
     files_source_overrides,
     make_overrides_config,
     overrides_for,
-    run_app,
     run_in_process,
+    run_then_reconcile,
 )
 
 pytestmark = pytest.mark.broker
@@ -506,8 +505,6 @@ def test_a_stream_window_with_events_not_yet_archived_is_pending_and_archived_on
 
 def compliance_rows_on_store(config: PipelineConfig, day: date = DAY) -> dict:
     """Day D's compliance rows read with pyarrow through the file layer (another reader than Spark)."""
-    import pyarrow.parquet as pq
-
     partition = store.location(config, f"{compliance_dir(config)}/event_date={day.isoformat()}")
     rows = {}
     for name in store.files_under(partition):
@@ -557,19 +554,7 @@ def test_the_reconciliation_over_s3_equals_the_same_run_over_local_data(
     config = make_overrides_config(overrides)
     bucket_root = config.data_path("checkpoints").removesuffix("/checkpoints")
     assert bucket_root.startswith("s3a://")
-    log = tmp_path / "spark-submit.log"
-    with log.open("ab") as output:
-        for app in ("raw_archive", "sensor_aggregation"):
-            driver = run_app(app, "available-now", overrides, stdout=output, stderr=subprocess.STDOUT)
-            assert driver.wait(600) == 0, f"{app} failed; see {log}"
-        job = subprocess.run(
-            reconcile_submit_command(config, DAY, overrides),
-            env=submit_environment(),
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            timeout=600,
-        )
-    assert job.returncode == 0, f"reconcile failed; see {log}"
+    run_then_reconcile(["raw_archive", "sensor_aggregation"], overrides, DAY, tmp_path / "spark-submit.log")
 
     folder = report_dir(config, DAY.isoformat())
     on_s3 = json.loads((folder / "report.json").read_text())
