@@ -141,11 +141,10 @@ def test_ad_matching_on_s3_agrees_with_the_nightly_exact_recompute(broker, make_
     day = spec.start.date()
     run_then_reconcile(["raw_archive", "ad_matching"], overrides, day, tmp_path / "spark-submit.log")
 
-    written = committed_rows(config, AD_MATCHES.location(config), ["impression_id", "matched"])
-    assert any(row["matched"] for row in written), "no match written to the bucket"
-    assert len({row["impression_id"] for row in written if row["matched"]}) == sum(
-        row["matched"] for row in written
-    ), "an impression matched twice"
+    written = committed_rows(config, AD_MATCHES.location(config), ["impression_id", "click_id", "matched"])
+    matched = [(row["impression_id"], row["click_id"]) for row in written if row["matched"]]
+    assert matched, "no match written to the bucket"
+    assert len(set(matched)) == len(matched), "an (impression, click) pair written twice"
 
     report = json.loads((report_dir(config, day.isoformat()) / "report.json").read_text())
     assert report["inputs"]["ad_matches_path"] == AD_MATCHES.location(config)
