@@ -54,11 +54,11 @@ class SinkSweep:
     def removed_bytes(self) -> int:
         return sum(item["bytes"] for item in self.removed)
 
-    def summary(self) -> str:
+    def summary(self, verb: str = "removed") -> str:
         if self.refused:
             return f"{self.dataset}: NOT swept: {self.refused}"
         return (
-            f"{self.dataset}: {self.committed_files} committed file(s) kept; removed {len(self.removed)} "
+            f"{self.dataset}: {self.committed_files} committed file(s) kept; {verb} {len(self.removed)} "
             f"unlisted file(s), {self.removed_bytes} bytes; {len(self.young)} unlisted file(s) younger "
             f"than the grace period left ({self.location})"
         )
@@ -190,7 +190,7 @@ class SweepOutcome:
         verb = "would remove" if self.dry_run else "removed"
         lines = []
         for sweep in self.sweeps:
-            lines.append(sweep.summary().replace("removed", verb, 1) if self.dry_run else sweep.summary())
+            lines.append(sweep.summary(verb))
             lines += [
                 f"  {verb} {item['file']} ({item['bytes']} bytes, {item['age_s']:.0f} s old)"
                 for item in sweep.removed
