@@ -25,7 +25,7 @@ chaos: setup  ## fault injection on a private stack: 20 random faults, then exac
 	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(BIN)/python -m stream_pipelines.devtools.chaos $(CHAOS_ARGS)
 
 test-deps:  ## servers the tests start that come from Debian: prometheus and promtool
-	@infra/scripts/install_prometheus.sh
+	@infra/scripts/install_test_servers.sh
 
 test: setup test-deps  ## the whole test suite (real broker, real Spark, real Prometheus)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
@@ -49,7 +49,7 @@ broker-status:
 	$(BIN)/pipelinectl broker status
 
 up: setup  ## local stack: broker, Airflow (UI on :8080), streaming DAGs unpaused, generator, Prometheus
-	-@infra/scripts/install_prometheus.sh --with-alertmanager
+	-@infra/scripts/install_test_servers.sh
 	$(BIN)/pipelinectl up
 
 down:  ## stop everything `make up` started, children included

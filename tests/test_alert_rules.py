@@ -1,6 +1,6 @@
 """Alert rules, their promtool unit tests, the Prometheus/Alertmanager configs and the example receiver.
 
-Needs promtool (infra/scripts/install_prometheus.sh installs it); a missing promtool fails, it does
+Needs promtool (infra/scripts/install_test_servers.sh installs it); a missing promtool fails, it does
 not skip, so CI cannot pass without having checked the rules.
 """
 
@@ -42,7 +42,7 @@ ALERTS = PAGING_ALERTS | {
 def promtool() -> str:
     path = shutil.which("promtool")
     if path is None:
-        pytest.fail("promtool is not on PATH: run infra/scripts/install_prometheus.sh (make test does)")
+        pytest.fail("promtool is not on PATH: run infra/scripts/install_test_servers.sh (make test does)")
     return path
 
 

@@ -439,7 +439,7 @@ def test_each_app_fits_on_the_workers() -> None:
 def test_prometheus_config_matches_the_repository_and_is_valid() -> None:
     promtool = shutil.which("promtool")
     if promtool is None:
-        pytest.fail("promtool is not on PATH: run infra/scripts/install_prometheus.sh (make test does)")
+        pytest.fail("promtool is not on PATH: run infra/scripts/install_test_servers.sh (make test does)")
     ours = yaml.safe_load((COMPOSE_DIR / "prometheus.yml").read_text())
     repository = yaml.safe_load((ROOT / "monitoring" / "prometheus.yml").read_text())
     assert ours["global"] == repository["global"]
@@ -486,7 +486,7 @@ def test_prometheus_config_passes_promtool_with_the_rules(tmp_path: Path) -> Non
     """Laid out as in the container: the config, and the rules folder beside it."""
     promtool = shutil.which("promtool")
     if promtool is None:
-        pytest.fail("promtool is not on PATH: run infra/scripts/install_prometheus.sh (make test does)")
+        pytest.fail("promtool is not on PATH: run infra/scripts/install_test_servers.sh (make test does)")
     shutil.copy(COMPOSE_DIR / "prometheus.yml", tmp_path / "prometheus.yml")
     shutil.copytree(ROOT / "monitoring" / "rules", tmp_path / "rules")
     result = subprocess.run(

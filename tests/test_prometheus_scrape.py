@@ -144,7 +144,7 @@ def prometheus_config(exporter_port: int, storage: Path) -> Path:
 def prometheus(running_query: RunningQuery, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     binary = shutil.which("prometheus")
     if binary is None:
-        pytest.fail("prometheus is not on PATH: run infra/scripts/install_prometheus.sh (make test does)")
+        pytest.fail("prometheus is not on PATH: run infra/scripts/install_test_servers.sh (make test does)")
     folder = tmp_path_factory.mktemp("prometheus")
     assert running_query.exporter.port is not None
     config = prometheus_config(running_query.exporter.port, folder)
