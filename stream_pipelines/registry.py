@@ -206,6 +206,11 @@ DATASETS: dict[str, Dataset] = {
 TopicRead = tuple[str, ...]
 
 
+def spark_query_name(app: str, query: str) -> str:
+    """The name Spark runs a query under: the ``query`` label of its metrics, the listener's filter."""
+    return f"{app}.{query}"
+
+
 @dataclass(frozen=True)
 class Query:
     """One streaming query of an app: its checkpoint, its sink and what shapes its state."""

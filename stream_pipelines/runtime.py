@@ -330,7 +330,7 @@ def kafka_sink(
 
 def start_sink(config: PipelineConfig, app: str, sink: StreamSink, trigger: TriggerMode) -> StreamingQuery:
     writer = (
-        sink.frame.writeStream.queryName(f"{app}.{sink.name}")
+        sink.frame.writeStream.queryName(registry.spark_query_name(app, sink.name))
         .outputMode(sink.output_mode)
         .option("checkpointLocation", config.checkpoint_dir(app, sink.name))
         .options(**sink.options)

@@ -13,6 +13,7 @@ stack, and starts from scratch each time so that its numbers are reproducible.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -21,7 +22,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -47,17 +48,24 @@ DEMO_OVERRIDES = (
     "metrics.ports={raw_archive: 9491, sensor_aggregation: 9492, ad_matching: 9493}",
 )
 KILLED_APP = "sensor_aggregation"
+# Where the demo's native output goes: its own Spark JVM's start-up lines and the Kafka clients' log.
+NATIVE_LOG = DEMO_ROOT / "spark-and-kafka-clients.log"
+PROGRESS_EVERY_S = 5.0
 
 
 def say(message: str) -> None:
     print(f"\n==> {message}", flush=True)
 
 
-def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+def wait_for(
+    condition: Callable[[], bool], timeout_s: float, what: str, progress: Callable[[], None] | None = None
+) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if condition():
             return
+        if progress is not None:
+            progress()
         time.sleep(0.2)
     raise SystemExit(f"demo: timed out after {timeout_s:.0f}s waiting for {what}; logs are in {DEMO_ROOT}")
 
@@ -66,14 +74,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     overrides = [*DEMO_OVERRIDES, *(argv or [])]
     config = load_config("local", overrides)
 
-    from stream_pipelines.devtools import generator
     from stream_pipelines.devtools.broker import LocalBroker
-    from stream_pipelines.topics import ensure_topics
 
     broker = LocalBroker(config)
     broker.stop()
     shutil.rmtree(DEMO_ROOT, ignore_errors=True)
+    with native_output_to(NATIVE_LOG):
+        return _run(config, overrides, broker)
+
+
+def _run(config: PipelineConfig, overrides: Sequence[str], broker) -> int:
+    from stream_pipelines.devtools import generator
+    from stream_pipelines.topics import ensure_topics
+
     say(f"a fresh Kafka broker (KRaft, Maven Central jars) on {broker.bootstrap}; data in {DEMO_ROOT}")
+    print(f"    Spark's and the Kafka clients' own output: {NATIVE_LOG}")
     broker.start()
     supervisors: dict[str, subprocess.Popen] = {}
     try:
@@ -111,9 +126,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         for app in APP_NAMES:
             supervisors[app] = _start_supervisor(app, airflow_env)
-        restart_seconds = _kill_and_measure_restart(config, supervisors)
+        progress = ProgressLine(config)
+        restart_seconds = _kill_and_measure_restart(config, supervisors, progress)
         say("waiting for every app to catch up with the topics")
-        wait_for(supervised(supervisors, lambda: _caught_up(config, records)), 900, "the apps to catch up")
+        wait_for(
+            supervised(supervisors, lambda: _caught_up(config, records)),
+            900,
+            "the apps to catch up",
+            progress,
+        )
         time.sleep(3)  # one more trigger, so the last watermark closes what it can
         metrics = {app: _scrape(config, app) for app in APP_NAMES}
 
@@ -167,6 +188,89 @@ def _start_supervisor(app: str, environment: dict[str, str]) -> subprocess.Popen
     )
 
 
+@contextlib.contextmanager
+def native_output_to(log_path: Path) -> Iterator[None]:
+    """Writes to file descriptors 1 and 2 from native code and child processes (the demo's Spark JVM
+    start-up lines, librdkafka's log) go to ``log_path``; Python's own prints still reach the terminal.
+
+    A child inherits the descriptors it starts with, so a JVM started inside keeps writing to the log.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    terminal = {fd: os.dup(fd) for fd in (1, 2)}
+    python_streams = sys.stdout, sys.stderr
+    sys.stdout = os.fdopen(os.dup(terminal[1]), "w", buffering=1)
+    sys.stderr = os.fdopen(os.dup(terminal[2]), "w", buffering=1)
+    with log_path.open("ab") as log:
+        for fd in (1, 2):
+            os.dup2(log.fileno(), fd)
+    try:
+        yield
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+            stream.close()
+        sys.stdout, sys.stderr = python_streams
+        for fd, original in terminal.items():
+            os.dup2(original, fd)
+            os.close(original)
+
+
+class ProgressLine:
+    """Every few seconds, one line: per app, its last batch, rows, watermark and restarts.
+
+    Read from each app's Prometheus endpoint (its first query, the one the others follow) and from the
+    control store's restart counts: the same sources on-call reads.
+    """
+
+    def __init__(self, config: PipelineConfig, every_s: float = PROGRESS_EVERY_S) -> None:
+        self._config = config
+        self._every_s = every_s
+        self._started = time.monotonic()
+        self._next_at = self._started
+
+    def __call__(self) -> None:
+        now = time.monotonic()
+        if now < self._next_at:
+            return
+        self._next_at = now + self._every_s
+        parts = [self.describe(app) for app in APP_NAMES]
+        print(f"    [{now - self._started:4.0f}s] " + " | ".join(parts), flush=True)
+
+    def describe(self, app: str) -> str:
+        from stream_pipelines.control import ControlStore
+
+        restarts = ControlStore(self._config).restarts(app).total
+        samples = query_samples(self._config, app, APPS[app].query_names[0])
+        if samples is None:
+            return f"{app} not serving metrics yet, restarts {restarts}"
+        batch = samples.get("pipeline_batch_id")
+        rows = samples.get("pipeline_input_rows_total", 0.0)
+        watermark = samples.get("pipeline_watermark_seconds")
+        shown = datetime.fromtimestamp(watermark, UTC).strftime("%H:%M:%S") if watermark else "none"
+        batch_shown = f"{batch:.0f}" if batch is not None else "none"
+        return f"{app} batch {batch_shown} rows {rows:.0f} watermark {shown} restarts {restarts}"
+
+
+def query_samples(config: PipelineConfig, app: str, query: str) -> dict[str, float] | None:
+    """One query's unlabelled-by-partition samples from the app's endpoint; None when it does not answer."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    url = f"http://{config.metrics.host}:{APPS[app].metrics_port(config)}/metrics"
+    try:
+        text = urllib.request.urlopen(url, timeout=2).read().decode()
+    except OSError:
+        return None
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.labels.get("query") == registry.spark_query_name(app, query)
+        and "partition" not in sample.labels
+    }
+
+
 def _committed(config: PipelineConfig, app: str, query: str) -> list[int]:
     return batch_ids(Path(config.checkpoint_dir(app, query)) / "commits")
 
@@ -186,14 +290,18 @@ def supervised(supervisors: dict[str, subprocess.Popen], condition: Callable[[],
     return check
 
 
-def _kill_and_measure_restart(config: PipelineConfig, supervisors: dict[str, subprocess.Popen]) -> float:
+def _kill_and_measure_restart(
+    config: PipelineConfig, supervisors: dict[str, subprocess.Popen], progress: Callable[[], None]
+) -> float:
     from stream_pipelines.control import ControlStore
 
     store = ControlStore(config)
+    say(f"the apps start under Airflow; a progress line every {PROGRESS_EVERY_S:.0f}s")
     wait_for(
         supervised(supervisors, lambda: len(_committed(config, KILLED_APP, "tumbling")) >= 3),
         600,
         f"{KILLED_APP} to commit batches",
+        progress,
     )
     pid = store.running_pids(KILLED_APP)[0]
     last = _committed(config, KILLED_APP, "tumbling")[-1]
@@ -204,6 +312,7 @@ def _kill_and_measure_restart(config: PipelineConfig, supervisors: dict[str, sub
         supervised(supervisors, lambda: _committed(config, KILLED_APP, "tumbling")[-1] > last + 1),
         600,
         f"Airflow to restart {KILLED_APP}",
+        progress,
     )
     seconds = time.monotonic() - killed_at
     print(f"    Airflow restarted it from its checkpoint; next committed batch {seconds:.0f}s after the kill")
