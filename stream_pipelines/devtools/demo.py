@@ -239,18 +239,21 @@ class ProgressLine:
         print(f"    [{now - self._started:4.0f}s] " + " | ".join(parts), flush=True)
 
     def describe(self, app: str) -> str:
-        from stream_pipelines.control import ControlStore
+        from stream_pipelines.control import ControlStore, app_status
 
         restarts = ControlStore(self._config).restarts(app).total
         samples = query_samples(self._config, app, APPS[app].query_names[0])
-        if samples is None:
-            return f"{app} not serving metrics yet, restarts {restarts}"
-        batch = samples.get("pipeline_batch_id")
-        rows = samples.get("pipeline_input_rows_total", 0.0)
-        watermark = samples.get("pipeline_watermark_seconds")
-        shown = datetime.fromtimestamp(watermark, UTC).strftime("%H:%M:%S") if watermark else "none"
-        batch_shown = f"{batch:.0f}" if batch is not None else "none"
-        return f"{app} batch {batch_shown} rows {rows:.0f} watermark {shown} restarts {restarts}"
+        if not samples or "pipeline_batch_id" not in samples:
+            return f"{app} {app_status(self._config, app).state}, restarts {restarts}"
+        parts = [app, f"batch {samples['pipeline_batch_id']:.0f}"]
+        parts.append(f"rows {samples.get('pipeline_input_rows_total', 0.0):.0f}")
+        if "pipeline_watermark_delay_seconds" in samples:
+            watermark = samples.get("pipeline_watermark_seconds")
+            parts.append(
+                "watermark "
+                + (datetime.fromtimestamp(watermark, UTC).strftime("%H:%M:%S") if watermark else "none")
+            )
+        return " ".join(parts) + f", restarts {restarts}"
 
 
 def query_samples(config: PipelineConfig, app: str, query: str) -> dict[str, float] | None:

@@ -88,9 +88,9 @@ def test_the_progress_line_reads_batch_rows_watermark_from_the_endpoint_and_rest
         ControlStore(config).record_restart("sensor_aggregation", cause="exit 137")
         line = ProgressLine(config)
         assert line.describe("sensor_aggregation") == (
-            "sensor_aggregation batch 41 rows 120 watermark 09:58:30 restarts 1"
+            "sensor_aggregation batch 41 rows 120 watermark 09:58:30, restarts 1"
         )
-        assert line.describe("ad_matching") == "ad_matching not serving metrics yet, restarts 0"
+        assert line.describe("ad_matching") == "ad_matching not running, restarts 0"
         line()
         line()  # within the interval: no second line
         printed = capsys.readouterr().out.splitlines()
