@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from stream_pipelines.monitoring_rules import (
     render_alertmanager_config,
     render_prometheus_config,
-    render_rules,
     write_rules,
 )
 from tests.monitoring_stack import (
@@ -45,11 +45,12 @@ FOR_DURATION = "5s"  # every rule's `for:` (2 to 30 minutes in production)
 NOTIFICATION_TIMEOUT_S = 120
 
 
-def alerting_rules() -> dict[str, dict[str, Any]]:
+def alerting_rules(rule_paths: list[Path]) -> dict[str, dict[str, Any]]:
+    """Alert name -> rule, as the test's Prometheus loads them."""
     return {
         rule["alert"]: rule
-        for document in render_rules().values()
-        for group in document["groups"]
+        for path in rule_paths
+        for group in yaml.safe_load(path.read_text())["groups"]
         for rule in group["rules"]
         if "alert" in rule
     }
@@ -112,18 +113,16 @@ def test_a_stalled_partition_files_a_ticket_and_a_stopped_app_pages_the_on_call(
     stalled_sensor_app: RunningApp, tmp_path: Path
 ) -> None:
     app = stalled_sensor_app
-    rules = alerting_rules()
-    manager = render_alertmanager_config("http://127.0.0.1:1")  # routes only; the URL is unused here
-    route = manager["route"]
     sensors_topic = app.config.kafka.topics.sensors.name
     received = tmp_path / "alerts.jsonl"
+    rule_paths = write_rules(tmp_path / "rules", for_duration=FOR_DURATION, interval=INTERVAL)
+    rules = alerting_rules(rule_paths)
 
     with contextlib.ExitStack() as servers:
         receiver_url = servers.enter_context(webhook_receiver(received, tmp_path))
-        alertmanager = servers.enter_context(
-            alertmanager_server(render_alertmanager_config(receiver_url), tmp_path / "alertmanager")
-        )
-        rule_paths = write_rules(tmp_path / "rules", for_duration=FOR_DURATION, interval=INTERVAL)
+        manager = render_alertmanager_config(receiver_url)
+        route = manager["route"]
+        alertmanager = servers.enter_context(alertmanager_server(manager, tmp_path / "alertmanager"))
         prometheus = servers.enter_context(
             prometheus_server(
                 render_prometheus_config(

@@ -137,7 +137,7 @@ def test_every_dashboard_query_returns_data_from_the_running_app(
     stale = set(NOT_EXPORTED_BY_THE_APP) & exported
     assert not stale, f"NOT_EXPORTED_BY_THE_APP names {sorted(stale)}, which the app does export now"
 
-    values = {**intervals, "app": SENSOR_APP, "datasource": "prometheus"}
+    values = {**intervals, "app": SENSOR_APP}
     targets = list(dashboard_targets(dashboard))
     assert len(targets) >= 20, f"only {len(targets)} targets found in {DASHBOARD}"
     failures = []
