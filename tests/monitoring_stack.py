@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from stream_pipelines.config import PipelineConfig, load_config
-from stream_pipelines.control import ControlStore
+from stream_pipelines.control import apply_action
 from stream_pipelines.devtools.processes import free_port, stop_process_group
 from stream_pipelines.monitoring_rules import write_yaml
 from stream_pipelines.registry import SENSOR_AGGREGATION
@@ -201,8 +201,8 @@ class RunningApp:
         return samples
 
     def stop(self, timeout_s: float = 120.0) -> int:
-        """Stop the app the way `pipelinectl stop` does (stop marker: drain, commit, exit)."""
-        ControlStore(self.config).request_stop(self.app)
+        """Stop the app as `pipelinectl stop` does (desired state and stop marker: drain, commit, exit)."""
+        apply_action(self.config, self.app, "stop", by="tests.monitoring_stack", reason="stopped by a test")
         try:
             return self.driver.wait(timeout_s)
         except subprocess.TimeoutExpired:
