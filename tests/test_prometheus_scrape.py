@@ -7,32 +7,25 @@ of monitoring/rules; it is stopped at the end whatever happens.
 from __future__ import annotations
 
 import json
-import shutil
-import signal
-import socket
-import subprocess
 import time
-import urllib.parse
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
-import yaml
 
 from stream_pipelines.config import load_config
 from stream_pipelines.metrics import MetricsExporter
+from stream_pipelines.monitoring_rules import RULES_DIR, render_prometheus_config
+from tests.monitoring_stack import api, prometheus_server, wait_until
 from tests.test_alert_rules import ALERTS
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-MONITORING = Path(__file__).resolve().parents[1] / "monitoring"
 APP = "sensor_aggregation"
 QUERY = f"{APP}.windows"
 SCRAPE_INTERVAL_S = 1
@@ -40,25 +33,6 @@ SCRAPE_INTERVAL_S = 1
 # scrape's start. Between the two lie an HTTP round trip on loopback and Python's collect.
 SCRAPE_TOLERANCE_S = 1.0
 SAMPLES = 5
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def wait_until(condition: Callable[[], Any], what: str, timeout_s: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            result = condition()
-        except OSError:
-            result = None
-        if result:
-            return result
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 @dataclass
@@ -122,72 +96,16 @@ def running_query(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory)
         exporter.stop()
 
 
-def prometheus_config(exporter_port: int, storage: Path) -> Path:
-    """monitoring/prometheus.yml with the sensor app's target moved to the test exporter."""
-    config = yaml.safe_load((MONITORING / "prometheus.yml").read_text())
-    config["global"]["scrape_interval"] = f"{SCRAPE_INTERVAL_S}s"
-    config["global"]["evaluation_interval"] = f"{SCRAPE_INTERVAL_S}s"
-    config["rule_files"] = [str(MONITORING / "rules" / "*.yml")]
-    config.pop("alerting")  # no Alertmanager in this test
-    (job,) = config["scrape_configs"]
-    job["static_configs"] = [
-        {"targets": [f"127.0.0.1:{exporter_port}"], "labels": static["labels"]}
-        for static in job["static_configs"]
-        if static["labels"]["app"] == APP
-    ]
-    path = storage / "prometheus.yml"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
 @pytest.fixture(scope="module")
 def prometheus(running_query: RunningQuery, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.fail("prometheus is not on PATH: run infra/scripts/install_test_servers.sh (make test does)")
-    folder = tmp_path_factory.mktemp("prometheus")
-    assert running_query.exporter.port is not None
-    config = prometheus_config(running_query.exporter.port, folder)
-    address = f"127.0.0.1:{free_port()}"
-    log = (folder / "prometheus.log").open("w")
-    process = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={folder / 'data'}",
-            f"--web.listen-address={address}",
-            "--storage.tsdb.retention.time=1h",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
+    """monitoring/prometheus.yml with the sensor app's target moved to the test exporter; no Alertmanager."""
+    config = render_prometheus_config(
+        targets={APP: f"127.0.0.1:{running_query.exporter.port}"},
+        rule_paths=[RULES_DIR / "*.yml"],
+        interval=f"{SCRAPE_INTERVAL_S}s",
     )
-    url = f"http://{address}"
-    try:
-
-        def ready() -> bool:
-            assert process.poll() is None, (
-                f"prometheus exited: {(folder / 'prometheus.log').read_text()[-3000:]}"
-            )
-            with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as response:
-                return response.status == 200
-
-        wait_until(ready, "prometheus to become ready", timeout_s=30)
+    with prometheus_server(config, tmp_path_factory.mktemp("prometheus")) as url:
         yield url
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
-        log.close()
-
-
-def api(base: str, path: str, **params: str) -> Any:
-    with urllib.request.urlopen(f"{base}{path}?{urllib.parse.urlencode(params)}", timeout=10) as response:
-        body = json.loads(response.read())
-    assert body["status"] == "success", body
-    return body["data"]
 
 
 def test_prometheus_sees_the_watermark_lag_of_the_running_query(

@@ -1,0 +1,129 @@
+"""Rendering monitoring/ for other ports and a faster pace changes only what it is asked to."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from stream_pipelines.monitoring_rules import (
+    ALERTMANAGER_CONFIG,
+    PROMETHEUS_CONFIG,
+    render_alertmanager_config,
+    render_prometheus_config,
+    render_rules,
+    rule_files,
+    write_rules,
+)
+
+
+def without(document: dict, *keys: str) -> dict:
+    """``document`` with ``keys`` removed from every mapping inside it."""
+    if isinstance(document, dict):
+        return {key: without(value, *keys) for key, value in document.items() if key not in keys}
+    if isinstance(document, list):
+        return [without(item, *keys) for item in document]
+    return document
+
+
+def test_rendered_rules_differ_only_in_for_and_interval() -> None:
+    rendered = render_rules(for_duration="5s", interval="1s")
+    assert set(rendered) == {path.name for path in rule_files()}
+    for path in rule_files():
+        source = yaml.safe_load(path.read_text())
+        document = rendered[path.name]
+        assert without(document, "for", "interval") == without(source, "for", "interval")
+        for group, source_group in zip(document["groups"], source["groups"], strict=True):
+            assert group["interval"] == "1s"
+            for rule, source_rule in zip(group["rules"], source_group["rules"], strict=True):
+                # A rule without `for:` fires at once in production; it stays so.
+                assert rule.get("for") == ("5s" if "for" in source_rule else None), rule["alert"]
+    assert any(
+        "for" in rule for document in rendered.values() for g in document["groups"] for rule in g["rules"]
+    )
+
+
+def test_rendering_without_changes_is_the_source() -> None:
+    for path in rule_files():
+        assert render_rules()[path.name] == yaml.safe_load(path.read_text())
+
+
+@pytest.mark.parametrize("field", ["for_duration", "interval"])
+def test_a_bad_duration_is_refused_naming_the_field(field: str) -> None:
+    with pytest.raises(ValueError, match=f"{field} must be a Prometheus duration.*'5 seconds'"):
+        render_rules(**{field: "5 seconds"})
+
+
+def test_written_rules_pass_promtool(tmp_path: Path) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool is not on PATH: run infra/scripts/install_test_servers.sh (make test does)")
+    paths = write_rules(tmp_path, for_duration="5s", interval="1s")
+    result = subprocess.run(
+        [promtool, "check", "rules", *map(str, paths)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_prometheus_config_keeps_only_the_named_targets_and_its_job_settings(tmp_path: Path) -> None:
+    source = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
+    rules = tmp_path / "rules.yml"
+    config = render_prometheus_config(
+        targets={"sensor_aggregation": "127.0.0.1:5555"},
+        rule_paths=[rules],
+        interval="1s",
+        alertmanager="127.0.0.1:6666",
+    )
+    assert config["global"] == {**source["global"], "scrape_interval": "1s", "evaluation_interval": "1s"}
+    assert config["rule_files"] == [str(rules)]
+    assert config["alerting"] == {"alertmanagers": [{"static_configs": [{"targets": ["127.0.0.1:6666"]}]}]}
+    (job,) = config["scrape_configs"]
+    (source_job,) = source["scrape_configs"]
+    assert without(job, "static_configs") == without(source_job, "static_configs")
+    assert job["static_configs"] == [{"targets": ["127.0.0.1:5555"], "labels": {"app": "sensor_aggregation"}}]
+
+    no_alerting = render_prometheus_config(targets={"raw_archive": "127.0.0.1:1"}, rule_paths=[rules])
+    assert "alerting" not in no_alerting and no_alerting["global"] == source["global"]
+
+
+def test_prometheus_config_refuses_an_app_it_does_not_scrape() -> None:
+    with pytest.raises(ValueError, match=r"scrapes no app named \['nope'\]"):
+        render_prometheus_config(targets={"nope": "127.0.0.1:1"}, rule_paths=[])
+
+
+def test_alertmanager_config_changes_only_the_receivers_host_and_port() -> None:
+    source = yaml.safe_load(ALERTMANAGER_CONFIG.read_text())
+    config = render_alertmanager_config("http://127.0.0.1:4321")
+    urls = {
+        receiver["name"]: [hook["url"] for hook in receiver["webhook_configs"]]
+        for receiver in config["receivers"]
+    }
+    source_urls = {
+        receiver["name"]: [hook["url"] for hook in receiver["webhook_configs"]]
+        for receiver in source["receivers"]
+    }
+    assert urls == {
+        name: [url.replace("http://127.0.0.1:9095", "http://127.0.0.1:4321") for url in hooks]
+        for name, hooks in source_urls.items()
+    }
+    assert all("127.0.0.1:9095" in url for hooks in source_urls.values() for url in hooks)
+    masked = copy.deepcopy(config)
+    for receiver, source_receiver in zip(masked["receivers"], source["receivers"], strict=True):
+        for hook, source_hook in zip(
+            receiver["webhook_configs"], source_receiver["webhook_configs"], strict=True
+        ):
+            hook["url"] = source_hook["url"]
+    assert masked == source
+
+
+def test_alertmanager_config_refuses_a_url_without_host() -> None:
+    with pytest.raises(ValueError, match="receiver_base_url must look like http://host:port"):
+        render_alertmanager_config("127.0.0.1:4321")
