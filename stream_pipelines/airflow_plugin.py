@@ -110,9 +110,11 @@ th,td{border:1px solid #d8dde3;padding:4px 6px;text-align:left;vertical-align:to
 th{background:#f1f4f7;font-weight:600} td.num{text-align:right;font-variant-numeric:tabular-nums}
 .state{font-weight:600;padding:1px 6px;border-radius:8px;white-space:nowrap}
 .s-running{background:#c6f6d5}.s-starting{background:#bee3f8}.s-paused{background:#fefcbf}
-.s-stopped{background:#e2e8f0}.s-crash-looping,.s-stuck{background:#fed7d7;color:#9b2c2c}
+.s-stopped{background:#e2e8f0}.s-crash-looping,.s-stuck,.s-unreachable{background:#fed7d7;color:#9b2c2c}
 .bad{color:#c53030;font-weight:600}.unreachable{color:#c53030;font-style:italic}
 .small{color:#555;font-size:12px} tr.focus>td{background:#fffbea}
+td.queries{min-width:250px} td.actions{min-width:210px}
+code{white-space:normal;word-break:break-all}
 .stalled{background:#fed7d7;font-weight:600} code{font-size:12px;background:#f1f4f7;padding:0 3px}
 ul{margin:0;padding-left:16px}
 """
@@ -156,6 +158,14 @@ _APP_HEADINGS = [
 ]
 
 
+def _lag_rule(page: health.HealthPage) -> str:
+    if page.lag_factor is None:
+        return _tag("span", f"Watermark lag {_e(page.lag_rule)}", class_="unreachable")
+    return (
+        f"Watermark lag alerts above {page.lag_factor:g} &times; the watermark delay ({_e(page.lag_rule)})."
+    )
+
+
 def render_page(page: health.HealthPage, focus: str | None = None) -> str:
     rows = [_app_row(row, row.app == focus) for row in page.rows]
     partitions = "\n".join(_partitions(row) for row in page.rows if row.partitions)
@@ -166,7 +176,7 @@ def render_page(page: health.HealthPage, focus: str | None = None) -> str:
 <h1>{_e(PAGE_NAME)}</h1>
 <div class="meta">As of {_e(page.generated_at)} (reloads every {REFRESH_S} s).
 Counts: {_e(page.prometheus_source)}. Alerts: {_e(page.alerts_source)}.
-Watermark lag alerts above {page.lag_factor:g} &times; the watermark delay (WatermarkLagHigh).</div>
+{_lag_rule(page)}</div>
 {_table("apps", _APP_HEADINGS, rows)}
 <h2>Sensors topic: newest event time per partition</h2>
 {partitions or '<p class="small">No app exports per-partition event time right now.</p>'}
@@ -195,7 +205,7 @@ def _small(text: str) -> str:
 def _app_row(row: health.AppRow, focus: bool) -> str:
     dag_link = _tag("a", _e(row.supervisor_dag), data_airflow="1", href=f"/dags/{row.supervisor_dag}")
     unreachable = (
-        _tag("div", f"metrics {_e(row.metrics_unreachable)}", class_="unreachable")
+        _tag("div", f"metrics {_e(row.metrics_unreachable)}", class_="unreachable small")
         if row.metrics_unreachable
         else ""
     )
@@ -246,12 +256,12 @@ def _app_row(row: health.AppRow, focus: bool) -> str:
         _tag("td", _tag("b", _e(row.app)) + _small(dag_link) + unreachable),
         _tag("td", state + _small(_e(row.state_detail))),
         _tag("td", owner, data_field="owner"),
-        _tag("td", _tag("ul", "".join(_query(query) for query in row.queries))),
+        _tag("td", _tag("ul", "".join(_query(query) for query in row.queries)), class_="queries"),
         *rates,
         *counts,
         restarts,
         _tag("td", _tag("ul", alerts) if alerts else _tag("span", "none", class_="small")),
-        _tag("td", actions, class_="small"),
+        _tag("td", actions, class_="small actions"),
     ]
     return _tag("tr", "\n".join(cells), data_app=row.app, class_="focus" if focus else None)
 

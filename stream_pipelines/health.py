@@ -27,7 +27,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from stream_pipelines.control import AppStatus, ControlStore, app_status, proces
 from stream_pipelines.lease import Lease, LeaseRecord
 from stream_pipelines.registry import APP_NAMES
 from stream_pipelines.registry import app as declared_app
+from stream_pipelines.store import StoreError
 from stream_pipelines.watchdog import Watchdog, WatchdogSettings
 
 ALERT_RULES = PROJECT_ROOT / "monitoring" / "rules" / "streaming_pipelines.yml"
@@ -74,7 +75,7 @@ def http_get(url: str, timeout_s: float = SOURCE_TIMEOUT_S) -> bytes:
         with urllib.request.urlopen(url, timeout=timeout_s) as response:
             return response.read()
     except (OSError, ValueError) as error:
-        raise SourceUnreachable(f"{url}: {error}") from error
+        raise SourceUnreachable(f"{url}: {getattr(error, 'reason', error)}") from error
 
 
 def metrics_url(config: PipelineConfig, app: str) -> str:
@@ -93,9 +94,13 @@ def prometheus_counts(base_url: str, timeout_s: float = SOURCE_TIMEOUT_S) -> dic
     ):
         query = f"sum by (app) (increase({metric}[{COUNT_WINDOW}]))"
         url = f"{base_url}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
-        answer = _json(http_get(url, timeout_s), url)
+        try:
+            answer = _json(http_get(url, timeout_s), url)
+        except SourceUnreachable as error:
+            # The query's URL is long and says nothing more than the server's address.
+            raise SourceUnreachable(f"{base_url}: {str(error).rsplit(': ', 1)[-1]}") from error
         if answer.get("status") != "success":
-            raise SourceUnreachable(f"{url}: {answer.get('error', 'no result')}")
+            raise SourceUnreachable(f"{base_url}: {query}: {answer.get('error', 'no result')}")
         for result in answer["data"]["result"]:
             counts.setdefault(result["metric"].get("app", ""), {})[key] = float(result["value"][1])
     return counts
@@ -328,7 +333,7 @@ def app_row(
     prometheus: Mapping[str, Mapping[str, float]] | None,
     prometheus_error: str,
     alerts: list[dict[str, Any]],
-    lag_factor: float,
+    lag_factor: float | None,
     now: float,
 ) -> AppRow:
     """One app's row from what was read (``exposition`` is the metrics endpoint's text, None when it
@@ -351,7 +356,7 @@ def app_row(
         heartbeat_age_s=lease.heartbeat_age(now) if lease is not None else None,
         restarts_in_window=len(recent),
         restart_limit=config.supervision.max_restarts,
-        restart_window=str(window),
+        restart_window=duration_text(window.seconds),
         metrics_source=metrics_url(config, app),
         metrics_unreachable=metrics_error if samples is None else None,
         alerts=[a for a in alerts if a.get("labels", {}).get("app") == app],
@@ -373,7 +378,7 @@ def app_row(
             health.watermark = iso(watermark) if watermark else None
             health.watermark_lag_s = values["watermark_lag_seconds"].get(query)
             delay = values["watermark_delay_seconds"].get(query)
-            if delay is not None:
+            if delay is not None and lag_factor is not None:
                 health.watermark_lag_threshold_s = lag_factor * delay
                 health.watermark_lag_high = (health.watermark_lag_s or 0) > health.watermark_lag_threshold_s
         last = committed.get(query)
@@ -389,15 +394,13 @@ def app_row(
     if prometheus is not None:
         counts = prometheus.get(app, {})
         row.late_drops, row.quarantined = counts.get("late_drops", 0.0), counts.get("quarantined", 0.0)
-        row.counts_source = f"last {COUNT_WINDOW}, from Prometheus"
+        row.counts_source = f"last {COUNT_WINDOW} (Prometheus)"
     elif samples is not None:
         row.late_drops = _sum(values["late_rows_dropped_total"].values())
         row.quarantined = _sum(values["quarantined_rows_total"].values())
-        row.counts_source = (
-            f"since the app started, from its metrics endpoint (Prometheus {prometheus_error})"
-        )
+        row.counts_source = f"since the app started (metrics endpoint; Prometheus {prometheus_error})"
     else:
-        row.counts_source = "unreachable (neither Prometheus nor the metrics endpoint answers)"
+        row.counts_source = f"unreachable (metrics endpoint unreachable; Prometheus {prometheus_error})"
     return row
 
 
@@ -518,7 +521,8 @@ class HealthPage:
     alerts: list[dict[str, Any]]
     alerts_source: str
     prometheus_source: str
-    lag_factor: float
+    lag_factor: float | None
+    lag_rule: str
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -529,20 +533,25 @@ def collect(
 ) -> HealthPage:
     """Read every source once and assemble the page; a source that fails is named, never raised."""
     now = time.time() if now is None else now
-    lag_factor = watermark_lag_factor()
-    prometheus, prometheus_error = None, "not configured (metrics.prometheus_url)"
+    try:
+        lag_factor, lag_rule = watermark_lag_factor(), WATERMARK_LAG_ALERT
+    except (OSError, ValueError) as error:  # e.g. deployed without monitoring/: no threshold, said so
+        lag_factor, lag_rule = None, f"threshold unknown: {error}"
+    prometheus, prometheus_error = None, "not configured"
+    prometheus_source = "not configured (metrics.prometheus_url)"
     if config.metrics.prometheus_url:
         try:
             prometheus = prometheus_counts(config.metrics.prometheus_url)
+            prometheus_source = f"Prometheus {config.metrics.prometheus_url}"
         except SourceUnreachable as error:
-            prometheus_error = f"unreachable: {error}"
+            prometheus_error, prometheus_source = "unreachable", f"unreachable: Prometheus {error}"
     alerts: list[dict[str, Any]] = []
     if config.metrics.alertmanager_url:
         try:
             alerts = alertmanager_alerts(config.metrics.alertmanager_url)
             alerts_source = f"Alertmanager {config.metrics.alertmanager_url}"
         except SourceUnreachable as error:
-            alerts_source = f"unreachable: {error}"
+            alerts_source = f"unreachable: Alertmanager {error}"
     else:
         alerts_source = "not configured (metrics.alertmanager_url)"
     control = ControlStore(config)
@@ -554,23 +563,26 @@ def collect(
         except SourceUnreachable as error:
             metrics_error = f"unreachable: {error}"
         lease = Lease(config, app)
-        record = lease.read()
+        try:
+            status, record, restarts = app_status(config, app), lease.read(), control.restarts(app).recent
+        except (OSError, StoreError) as error:  # the control store or the lease's store does not answer
+            status, record, restarts = AppStatus(app, "unreachable", f"control store: {error}"), None, []
         driver_exists = None if record is None or record.host != lease.host else process_exists(record.pid)
         try:
             committed = last_committed(config, app)
-        except OSError:
+        except (OSError, StoreError):
             committed = {}
         rows.append(
             app_row(
                 config,
                 app,
-                status=app_status(config, app),
+                status=status,
                 lease=record,
                 driver_exists=driver_exists,
                 exposition=exposition,
                 metrics_error=metrics_error,
                 committed=committed,
-                restart_times=control.restarts(app).recent,
+                restart_times=restarts,
                 prometheus=prometheus,
                 prometheus_error=prometheus_error,
                 alerts=alerts,
@@ -590,14 +602,19 @@ def collect(
         reconciliation_error=reconciliation_error,
         alerts=alerts,
         alerts_source=alerts_source,
-        prometheus_source=(
-            f"Prometheus {config.metrics.prometheus_url}" if prometheus is not None else prometheus_error
-        ),
+        prometheus_source=prometheus_source,
         lag_factor=lag_factor,
+        lag_rule=lag_rule,
     )
 
 
 def duration_text(seconds: float | None) -> str:
+    """``42s``, ``3m 30s``, ``2h 05m``: short enough for a table cell."""
     if seconds is None:
         return "-"
-    return str(timedelta(seconds=round(seconds))) if seconds >= 60 else f"{seconds:.0f}s"
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m {whole % 60:02d}s"
+    return f"{whole // 3600}h {whole % 3600 // 60:02d}m"

@@ -113,7 +113,7 @@ def row_of(config: PipelineConfig, exposition: str | None, **given: Any) -> heal
         "committed": health.last_committed(config, APP),
         "restart_times": ControlStore(config).restarts(APP).recent,
         "prometheus": None,
-        "prometheus_error": "not configured (metrics.prometheus_url)",
+        "prometheus_error": "not configured",
         "alerts": [],
         "lag_factor": health.watermark_lag_factor(),
         "now": NOW,
@@ -169,7 +169,7 @@ def test_a_running_app_s_row_from_exporter_text_control_records_lease_and_checkp
     assert not tumbling.watermark_lag_high
     assert (row.input_rows_per_s, row.processed_rows_per_s, row.state_rows) == (25.0, 40.0, 40)
     assert (row.late_drops, row.quarantined) == (3, 2)
-    assert "metrics endpoint" in row.counts_source and "not configured" in row.counts_source
+    assert row.counts_source == "since the app started (metrics endpoint; Prometheus not configured)"
     assert row.restarts_in_window == 1 and row.restart_limit == config.supervision.max_restarts
     assert [p.partition for p in row.partitions] == [0, 1, 2] and not any(p.stalled for p in row.partitions)
     assert row.actions["pipeline_control"] == "/dags/pipeline_control"
@@ -197,6 +197,7 @@ def test_a_partition_behind_the_others_by_more_than_the_watermark_delay_is_stall
     alert = {"labels": {"alertname": "PartitionStalled", "topic": topic, "partition": "2"}}
     alerted = health.partition_times(health.parse_exposition(text), topic, [alert])
     assert [p.partition for p in alerted if p.stalled] == [1, 2]
+    assert health.duration_text(59.6) == "1m 00s" and health.duration_text(3725) == "1h 02m"
     assert alerted[2].why == "PartitionStalled is firing"
 
 
@@ -299,8 +300,8 @@ def test_an_app_whose_endpoint_does_not_answer_shows_unreachable_not_an_error(tm
         assert row.metrics_unreachable and row.metrics_unreachable.startswith("unreachable:")
         assert row.late_drops is None and row.counts_source.startswith("unreachable")
         assert row.state == "stopped"
-    assert page.prometheus_source.startswith("unreachable:")
-    assert page.alerts_source.startswith("unreachable:")
+    assert page.prometheus_source.startswith(f"unreachable: Prometheus http://127.0.0.1:{closed}: ")
+    assert page.alerts_source.startswith(f"unreachable: Alertmanager http://127.0.0.1:{closed}/api/v2/alerts")
 
 
 def test_prometheus_counts_win_over_the_endpoint_s_totals(tmp_path):
@@ -311,7 +312,7 @@ def test_prometheus_counts_win_over_the_endpoint_s_totals(tmp_path):
     )
     row = row_of(config, text, prometheus={APP: {"late_drops": 12.0, "quarantined": 1.0}})
     assert (row.late_drops, row.quarantined) == (12.0, 1.0)
-    assert row.counts_source == "last 1h, from Prometheus"
+    assert row.counts_source == "last 1h (Prometheus)"
 
 
 def test_the_last_reconciliation_per_day_from_its_report_json(stored_root):
