@@ -349,3 +349,97 @@ def _token(base: str, password: str) -> str:
 def _dag_parsed(base: str, token: str, dag_id: str) -> bool:
     status, _, _ = get(f"{base}/api/v2/dags/{dag_id}", {"Authorization": f"Bearer {token}"})
     return status == 200
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_late_drops_and_quarantined_rows_of_the_last_hour_come_from_prometheus_when_it_runs(tmp_path):
+    """A real Prometheus scrapes the real exporter code (``ProgressRecorder``, fed Spark-shaped
+    progress, no JVM), with monitoring/prometheus.yml's job moved to it; the page counts from there."""
+    import yaml
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    from stream_pipelines.metrics import ProgressRecorder
+    from tests.unit.test_health_page import progress
+
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.fail("prometheus is not installed: run infra/scripts/install_test_servers.sh")
+    exporter_port, prometheus_port = free_port(), free_port()
+    config = load_config(
+        "local",
+        [
+            f"paths.data_root={tmp_path / 'data'}",
+            f"metrics.ports.{APP}={exporter_port}",
+            f"metrics.prometheus_url=http://127.0.0.1:{prometheus_port}",
+        ],
+    )
+    recorder = ProgressRecorder(config, APP)
+    registry = CollectorRegistry()
+    registry.register(recorder)
+    server, _thread = start_http_server(exporter_port, addr="127.0.0.1", registry=registry)
+
+    scrape = yaml.safe_load((PROJECT_ROOT / "monitoring" / "prometheus.yml").read_text())
+    scrape["global"]["scrape_interval"] = "1s"
+    scrape.pop("alerting", None)
+    scrape.pop("rule_files", None)
+    (job,) = scrape["scrape_configs"]
+    job["static_configs"] = [
+        {"targets": [f"127.0.0.1:{exporter_port}"], "labels": static["labels"]}
+        for static in job["static_configs"]
+        if static["labels"]["app"] == APP
+    ]
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(scrape))
+    log = (tmp_path / "prometheus.log").open("wb")
+    prometheus = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{prometheus_port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    now = datetime.now(UTC).timestamp()
+
+    def batch(number: int):
+        return progress(
+            f"{APP}.tumbling", batch=number, watermark=now - 200, partitions={0: now}, topic="sensors"
+        )
+
+    try:
+        recorder.query_progress(batch(1))  # 3 late drops, 2 quarantined rows per batch
+        base = f"http://127.0.0.1:{prometheus_port}"
+        wait_for(lambda: _answers(f"{base}/-/ready"), 60, "Prometheus", poll_s=0.5)
+
+        def scraped_once() -> bool:
+            counts = health.prometheus_counts(base)
+            return APP in counts
+
+        wait_for(scraped_once, 60, "Prometheus to scrape the exporter", poll_s=0.5)
+        recorder.query_progress(batch(2))
+        recorder.query_progress(batch(3))
+
+        def counted() -> dict[str, float] | None:
+            found = health.prometheus_counts(base).get(APP, {})
+            return found if found.get("late_drops", 0) > 0 else None
+
+        wait_for(lambda: counted() is not None, 60, "the increase to reach Prometheus", poll_s=0.5)
+        page = health.collect(config)
+        row = next(r for r in page.rows if r.app == APP)
+        assert row.counts_source == "last 1h (Prometheus)"
+        assert page.prometheus_source == f"Prometheus {base}"
+        # increase() extrapolates (each query a moment apart), but both counters grew in the same
+        # scrapes: 3 drops per 2 quarantined rows.
+        assert row.late_drops and row.quarantined
+        assert row.late_drops / row.quarantined == pytest.approx(1.5, rel=0.01)
+        # The endpoint's totals are what Prometheus counted from: 9 drops and 6 rows so far.
+        totals = exported(health.metrics_url(config, APP))
+        assert value_of(totals, "pipeline_late_rows_dropped_total", query=f"{APP}.tumbling") == 9
+    finally:
+        prometheus.terminate()
+        prometheus.wait(timeout=30)
+        log.close()
+        server.shutdown()

@@ -336,3 +336,17 @@ def test_the_last_reconciliation_per_day_from_its_report_json(stored_root):
         ("2026-11-21", "failed", 2, 4),
         ("2026-11-20", "passed", 0, 0),
     ]
+
+
+def test_the_rendered_page_reloads_itself_fetches_nothing_external_and_escapes_what_it_shows(tmp_path):
+    from stream_pipelines.airflow_plugin import REFRESH_S, render_page
+
+    closed = free_port()
+    config = config_at(tmp_path, *(f"metrics.ports.{app}={closed}" for app in APP_NAMES))
+    ControlStore(config).set_desired(APP, "stopped", by="<script>alert(1)</script>", reason="test")
+    html = render_page(health.collect(config), focus=health.app_of_dag(f"supervise_{APP}"))
+    assert f'<meta http-equiv="refresh" content="{REFRESH_S}">' in html
+    assert " src=" not in html and "<link" not in html and "@import" not in html
+    assert "<script>alert(1)</script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert f'<tr data-app="{APP}" class="focus">' in html
+    assert health.app_of_dag("nightly_reconciliation") is None
