@@ -113,7 +113,7 @@ th{background:#f1f4f7;font-weight:600} td.num{text-align:right;font-variant-nume
 .s-stopped{background:#e2e8f0}.s-crash-looping,.s-stuck,.s-unreachable{background:#fed7d7;color:#9b2c2c}
 .bad{color:#c53030;font-weight:600}.unreachable{color:#c53030;font-style:italic}
 .small{color:#555;font-size:12px} tr.focus>td{background:#fffbea}
-td.queries{min-width:250px} td.actions{min-width:210px}
+td.queries{min-width:220px} td.actions{min-width:180px} .scroll{overflow-x:auto}
 code{white-space:normal;word-break:break-all}
 .stalled{background:#fed7d7;font-weight:600} code{font-size:12px;background:#f1f4f7;padding:0 3px}
 ul{margin:0;padding-left:16px}
@@ -177,7 +177,7 @@ def render_page(page: health.HealthPage, focus: str | None = None) -> str:
 <div class="meta">As of {_e(page.generated_at)} (reloads every {REFRESH_S} s).
 Counts: {_e(page.prometheus_source)}. Alerts: {_e(page.alerts_source)}.
 {_lag_rule(page)}</div>
-{_table("apps", _APP_HEADINGS, rows)}
+<div class="scroll">{_table("apps", _APP_HEADINGS, rows)}</div>
 <h2>Sensors topic: newest event time per partition</h2>
 {partitions or '<p class="small">No app exports per-partition event time right now.</p>'}
 <h2>Active alerts</h2>

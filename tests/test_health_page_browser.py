@@ -287,6 +287,12 @@ def test_the_page_in_the_airflow_ui_shows_what_the_running_app_exports(spark, tm
                 page.locator("a[href$='/plugin/streaming-pipeline-dag']").first.click()
                 tab_frame = page.frame_locator("iframe[title='Streaming pipeline']")
                 tab_frame.locator(f"tr[data-app='{APP}'].focus").wait_for(timeout=60_000)
+                page.screenshot(path=str(tmp_path / "supervisor-dag-tab.png"), full_page=True)
+                # An action link opens the DAG in the UI itself (not inside the iframe); nothing is run.
+                tab_frame.locator(f"tr[data-app='{APP}'] a[href='/dags/pipeline_control']").click()
+                page.wait_for_url(f"{base}/dags/pipeline_control", timeout=30_000)
+                page.locator("iframe[title='Streaming pipeline']").wait_for(state="detached", timeout=30_000)
+                page.screenshot(path=str(tmp_path / "pipeline-control-dag.png"))
             finally:
                 browser.close()
 
@@ -315,6 +321,12 @@ def test_the_page_in_the_airflow_ui_shows_what_the_running_app_exports(spark, tm
         assert "PartitionStalled" in alerts and APP in alerts
         assert "failed" in reconciliation and "\t1\t3\t" in f"{reconciliation}\t"
         assert unreachable.startswith("metrics unreachable")
+        # The page and its links only read: no run of either action DAG was made.
+        for dag_id in ("pipeline_control", "checkpoint_reset"):
+            status, _, body = get(
+                f"{base}/api/v2/dags/{dag_id}/dagRuns", {"Authorization": f"Bearer {token}"}
+            )
+            assert status == 200 and json.loads(body)["total_entries"] == 0, (dag_id, body)
     finally:
         query.stop()
         exporter.stop()
