@@ -362,11 +362,21 @@ class MaintenanceSettings(_Section):
     orphan_grace: PositiveDuration = Duration(6 * 3600)
 
 
+def _http_url(value: object) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"https?://[^/\s]+(/\S*)?", value):
+        raise ValueError(f"expected an http(s) URL such as http://127.0.0.1:9090, got {value!r}")
+    return value.rstrip("/")
+
+
 class MetricsSettings(_Section):
     enabled: bool = True
     host: str = "127.0.0.1"
     # Per app; an app not listed here serves on its registry default (registry.App.default_metrics_port).
     ports: dict[str, int] = Field(default_factory=dict)
+    # Where Prometheus and Alertmanager answer their HTTP APIs (read by the Airflow "Streaming pipeline"
+    # page); unset: the page reads the apps' metrics endpoints alone and shows no alerts.
+    prometheus_url: Annotated[str, BeforeValidator(_http_url)] | None = None
+    alertmanager_url: Annotated[str, BeforeValidator(_http_url)] | None = None
 
 
 class PipelineConfig(_Section):

@@ -1,0 +1,383 @@
+"""The "Streaming pipeline" page inside the Airflow UI: a FastAPI app the api-server mounts (a plugin).
+
+- ``/streaming-pipeline/``: the page, server-rendered HTML that reloads itself every 10 s;
+- ``/streaming-pipeline/api/health``: the same data as JSON;
+- ``/streaming-pipeline/reports/<day>/<file>``: a nightly reconciliation report, read through the
+  file layer (so it works on S3 too).
+
+Airflow mounts plugin apps without its login in front of them, so every route checks the caller's
+JWT as the REST API does (``get_user``: the ``Authorization: Bearer`` header, else the ``_token``
+cookie the UI's login sets, which the browser sends with the page the UI shows in its iframe) and
+that the user may see the UI (``requires_access_view``). A browser that is not logged in is sent to
+the login page; the JSON and report routes answer 401/403.
+
+The UI shows the page in the nav (``destination: nav``) and as a tab on every DAG's page
+(``destination: dag``; Airflow 3.3 has no way to limit a tab to some DAGs); on a supervisor DAG the
+tab highlights that DAG's app. The page only reads: its action links open the ``pipeline_control``
+and ``checkpoint_reset`` DAGs, with the params to enter.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Annotated, Any
+
+from airflow.plugins_manager import AirflowPlugin
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+
+from stream_pipelines import health
+
+URL_PREFIX = "/streaming-pipeline"
+PAGE_NAME = "Streaming pipeline"
+REFRESH_S = 10
+_REPORT_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+_REPORT_FILE = re.compile(r"[A-Za-z0-9_.-]+\.(html|json|png)")
+_MEDIA_TYPES = {"html": "text/html; charset=utf-8", "json": "application/json", "png": "image/png"}
+
+
+class _LoginRequired(Exception):
+    """An anonymous browser asked for the page: it is sent to Airflow's login instead."""
+
+
+async def _airflow_user(request: Request) -> Any:
+    """The logged-in user, checked as the REST API checks it; raises 401/403 like it does."""
+    from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
+    from airflow.api_fastapi.core_api.security import bearer_scheme, get_user, requires_access_view
+
+    user = await get_user(request, None, await bearer_scheme(request))
+    requires_access_view(AccessView.WEBSITE)(request, user)
+    return user
+
+
+async def _page_user(request: Request) -> Any:
+    try:
+        return await _airflow_user(request)
+    except HTTPException as error:
+        if error.status_code == 401:
+            raise _LoginRequired from error
+        raise
+
+
+def _config():
+    from stream_pipelines.config import load_config
+
+    return load_config()
+
+
+def create_app() -> FastAPI:
+    app = FastAPI(title=PAGE_NAME, docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.exception_handler(_LoginRequired)
+    async def to_login(request: Request, _error: _LoginRequired) -> Response:
+        from airflow.api_fastapi.app import get_auth_manager
+
+        return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)), status_code=303)
+
+    @app.get("/", response_class=HTMLResponse)
+    def page(_user: Annotated[Any, Depends(_page_user)], dag_id: str | None = None) -> str:
+        return render_page(health.collect(_config()), focus=health.app_of_dag(dag_id))
+
+    @app.get("/api/health")
+    def health_json(_user: Annotated[Any, Depends(_airflow_user)]) -> JSONResponse:
+        return JSONResponse(health.collect(_config()).as_json())
+
+    @app.get("/reports/{day}/{name}")
+    def report_file(day: str, name: str, _user: Annotated[Any, Depends(_airflow_user)]) -> Response:
+        match = _REPORT_FILE.fullmatch(name)
+        if not _REPORT_DAY.fullmatch(day) or match is None:
+            raise HTTPException(404, f"no report file {day}/{name}")
+        from stream_pipelines import store
+
+        target = health.reconciliation_root(_config()) / day / name
+        try:
+            data = store.read_bytes(target)
+        except (FileNotFoundError, OSError) as error:
+            raise HTTPException(404, f"{day}/{name}: {error}") from error
+        return Response(data, media_type=_MEDIA_TYPES[match.group(1)])
+
+    return app
+
+
+# --------------------------------------------------------------------------- HTML
+
+_STYLE = """
+body{font:13px/1.4 system-ui,sans-serif;margin:12px;color:#1a202c;background:#fff}
+h1{font-size:18px;margin:0 0 4px} h2{font-size:15px;margin:18px 0 6px}
+.meta{color:#555;margin-bottom:8px} table{border-collapse:collapse;width:100%}
+th,td{border:1px solid #d8dde3;padding:4px 6px;text-align:left;vertical-align:top}
+th{background:#f1f4f7;font-weight:600} td.num{text-align:right;font-variant-numeric:tabular-nums}
+.state{font-weight:600;padding:1px 6px;border-radius:8px;white-space:nowrap}
+.s-running{background:#c6f6d5}.s-starting{background:#bee3f8}.s-paused{background:#fefcbf}
+.s-stopped{background:#e2e8f0}.s-crash-looping,.s-stuck,.s-unreachable{background:#fed7d7;color:#9b2c2c}
+.bad{color:#c53030;font-weight:600}.unreachable{color:#c53030;font-style:italic}
+.small{color:#555;font-size:12px} tr.focus>td{background:#fffbea}
+td.queries{min-width:220px} td.actions{min-width:180px} .scroll{overflow-x:auto}
+code{white-space:normal;word-break:break-all}
+.stalled{background:#fed7d7;font-weight:600} code{font-size:12px;background:#f1f4f7;padding:0 3px}
+ul{margin:0;padding-left:16px}
+"""
+
+# The UI shows the page in a sandboxed iframe that may not navigate the top window; Airflow's own
+# pages are opened through the UI's router instead (same origin), or plainly outside the iframe.
+_SCRIPT = """
+document.addEventListener('click', function (event) {
+  var link = event.target.closest('a[data-airflow]');
+  if (!link || window.parent === window) return;
+  event.preventDefault();
+  window.parent.history.pushState({}, '', link.getAttribute('href'));
+  window.parent.dispatchEvent(new PopStateEvent('popstate'));
+});
+"""
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value))
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}" if digits else f"{value:,.0f}"
+
+
+_APP_HEADINGS = [
+    "App",
+    "State",
+    "Owner / heartbeat",
+    "Queries: committed batch, watermark, lag",
+    "Input rows/s",
+    "Processed rows/s",
+    "State rows",
+    "Late drops",
+    "Quarantined",
+    "Restarts",
+    "Alerts",
+    "Actions",
+]
+
+
+def _lag_rule(page: health.HealthPage) -> str:
+    if page.lag_factor is None:
+        return _tag("span", f"Watermark lag {_e(page.lag_rule)}", class_="unreachable")
+    return (
+        f"Watermark lag alerts above {page.lag_factor:g} &times; the watermark delay ({_e(page.lag_rule)})."
+    )
+
+
+def render_page(page: health.HealthPage, focus: str | None = None) -> str:
+    rows = [_app_row(row, row.app == focus) for row in page.rows]
+    partitions = "\n".join(_partitions(row) for row in page.rows if row.partitions)
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><meta http-equiv="refresh" content="{REFRESH_S}">
+<title>{_e(PAGE_NAME)}</title><style>{_STYLE}</style></head>
+<body>
+<h1>{_e(PAGE_NAME)}</h1>
+<div class="meta">As of {_e(page.generated_at)} (reloads every {REFRESH_S} s).
+Counts: {_e(page.prometheus_source)}. Alerts: {_e(page.alerts_source)}.
+{_lag_rule(page)}</div>
+<div class="scroll">{_table("apps", _APP_HEADINGS, rows)}</div>
+<h2>Sensors topic: newest event time per partition</h2>
+{partitions or '<p class="small">No app exports per-partition event time right now.</p>'}
+<h2>Active alerts</h2>
+{_alerts(page)}
+<h2>Nightly reconciliation</h2>
+{_reconciliation(page)}
+<script>{_SCRIPT}</script>
+</body></html>"""
+
+
+def _tag(name: str, content: str, **attributes: object) -> str:
+    """``<name attr="value">content</name>``; attribute names with ``_`` become ``-``, values escaped."""
+    attrs = "".join(
+        f' {key.rstrip("_").replace("_", "-")}="{_e(value)}"'
+        for key, value in attributes.items()
+        if value is not None and value != ""
+    )
+    return f"<{name}{attrs}>{content}</{name}>"
+
+
+def _small(text: str) -> str:
+    return _tag("div", text, class_="small")
+
+
+def _app_row(row: health.AppRow, focus: bool) -> str:
+    dag_link = _tag("a", _e(row.supervisor_dag), data_airflow="1", href=f"/dags/{row.supervisor_dag}")
+    unreachable = (
+        _tag("div", f"metrics {_e(row.metrics_unreachable)}", class_="unreachable small")
+        if row.metrics_unreachable
+        else ""
+    )
+    state = _tag("span", _e(row.state), class_=f"state s-{row.state}", data_field="state")
+    if row.owner:
+        owner = _e(row.owner) + _small(f"heartbeat {_e(health.duration_text(row.heartbeat_age_s))} ago")
+    else:
+        owner = _tag("span", "no lease", class_="small")
+    figures = (
+        ("input_rows_per_s", row.input_rows_per_s, 1),
+        ("processed_rows_per_s", row.processed_rows_per_s, 1),
+        ("state_rows", row.state_rows, 0),
+    )
+    if row.metrics_unreachable:
+        rates = [_tag("td", "unreachable", class_="unreachable", data_field=name) for name, _v, _d in figures]
+    else:
+        rates = [
+            _tag("td", _num(value, digits), class_="num", data_field=name) for name, value, digits in figures
+        ]
+    if row.late_drops is None:
+        counts = [_tag("td", "unreachable", class_="unreachable", colspan=2, title=row.counts_source)]
+    else:
+        counts = [
+            _tag(
+                "td", _num(row.late_drops, 0), class_="num", data_field="late_drops", title=row.counts_source
+            ),
+            _tag(
+                "td",
+                _num(row.quarantined, 0) + _small(_e(row.counts_source)),
+                class_="num",
+                data_field="quarantined",
+                title=row.counts_source,
+            ),
+        ]
+    restarts = _tag(
+        "td",
+        f"{row.restarts_in_window} / {row.restart_limit}" + _small(f"in {_e(row.restart_window)}"),
+        class_="num bad" if row.restarts_in_window >= row.restart_limit else "num",
+        data_field="restarts",
+    )
+    alerts = "".join(_tag("li", _e(a["labels"].get("alertname")), class_="bad") for a in row.alerts)
+    actions = "".join(
+        _tag("a", dag, data_airflow="1", href=row.actions[dag])
+        + _small(f"trigger with <code>{_e(row.actions[dag + '_params'])}</code>")
+        for dag in ("pipeline_control", "checkpoint_reset")
+    )
+    cells = [
+        _tag("td", _tag("b", _e(row.app)) + _small(dag_link) + unreachable),
+        _tag("td", state + _small(_e(row.state_detail))),
+        _tag("td", owner, data_field="owner"),
+        _tag("td", _tag("ul", "".join(_query(query) for query in row.queries)), class_="queries"),
+        *rates,
+        *counts,
+        restarts,
+        _tag("td", _tag("ul", alerts) if alerts else _tag("span", "none", class_="small")),
+        _tag("td", actions, class_="small actions"),
+    ]
+    return _tag("tr", "\n".join(cells), data_app=row.app, class_="focus" if focus else None)
+
+
+def _query(query: health.QueryHealth) -> str:
+    if query.committed_batch is not None:
+        committed = (
+            f"batch {_tag('span', str(query.committed_batch), data_field='committed_batch')} "
+            f"committed {_e(health.duration_text(query.committed_age_s))} ago"
+        )
+    else:
+        committed = "no commit yet"
+    if query.batch_id is not None:
+        committed += f", last reported {_tag('span', str(query.batch_id), data_field='batch_id')}"
+    if query.up is False:
+        committed += " " + _tag("span", "query down", class_="bad")
+    watermark = ""
+    if query.watermark:
+        lag = _tag(
+            "span",
+            _e(health.duration_text(query.watermark_lag_s)),
+            class_="bad" if query.watermark_lag_high else None,
+            data_field="watermark_lag_s",
+        )
+        threshold = _tag(
+            "span",
+            _e(health.duration_text(query.watermark_lag_threshold_s)),
+            data_field="watermark_lag_threshold_s",
+        )
+        watermark = _small(f"watermark {_e(query.watermark)}, lag {lag} (alert &gt; {threshold})")
+    name = _tag("b", _e(query.query.split(".", 1)[-1]))
+    return _tag("li", f"{name}: {committed}{watermark}", data_query=query.query)
+
+
+def _table(table_id: str, headings: list[str], rows: list[str], **attributes: object) -> str:
+    head = _tag("thead", _tag("tr", "".join(_tag("th", _e(h)) for h in headings)))
+    return _tag("table", head + _tag("tbody", "\n".join(rows)), id=table_id, **attributes)
+
+
+def _partitions(row: health.AppRow) -> str:
+    rows = [
+        _tag(
+            "tr",
+            _tag("td", _e(p.topic))
+            + _tag("td", str(p.partition), class_="num")
+            + _tag("td", _e(p.max_event_time))
+            + _tag("td", _e(health.duration_text(p.behind_s)), class_="num")
+            + _tag("td", f"stalled: {_e(p.why)}" if p.stalled else "ok"),
+            data_partition=p.partition,
+            class_="stalled" if p.stalled else None,
+        )
+        for p in row.partitions
+    ]
+    headings = [f"Topic ({row.app})", "Partition", "Newest event time", "Behind newest partition", "Status"]
+    return _table(f"partitions-{row.app}", headings, rows, class_="partitions")
+
+
+def _alerts(page: health.HealthPage) -> str:
+    if page.alerts_source.startswith(("unreachable", "not configured")):
+        return _tag("p", f"Alertmanager {_e(page.alerts_source)}", class_="unreachable")
+    if not page.alerts:
+        return _tag("p", "No active alerts.", class_="small")
+    rows = [
+        _tag(
+            "tr",
+            _tag("td", _e(alert["labels"].get("alertname")), class_="bad")
+            + "".join(_tag("td", _e(alert["labels"].get(key, ""))) for key in ("severity", "app"))
+            + _tag("td", _e(alert.get("annotations", {}).get("summary", "")))
+            + _tag("td", _e(alert.get("startsAt", ""))),
+        )
+        for alert in page.alerts
+    ]
+    return _table("alerts", ["Alert", "Severity", "App", "Summary", "Since"], rows)
+
+
+def _reconciliation(page: health.HealthPage) -> str:
+    if page.reconciliation_error:
+        return _tag("p", f"reports {_e(page.reconciliation_error)}", class_="unreachable")
+    if not page.reconciliation:
+        return _tag("p", "No reconciliation report yet.", class_="small")
+    rows = [
+        _tag(
+            "tr",
+            _tag("td", _e(day.day))
+            + _tag(
+                "td", _e(day.status), class_="bad" if day.status == "failed" else None, data_field="status"
+            )
+            + _tag("td", str(day.unexplained), class_="num", data_field="unexplained")
+            + _tag("td", str(day.pending), class_="num", data_field="pending")
+            + _tag("td", _tag("a", "report", href=f"{URL_PREFIX}/reports/{day.report}/report.html")),
+            data_day=day.day,
+        )
+        for day in page.reconciliation
+    ]
+    headings = ["Event day", "Status", "Unexplained", "Pending deliveries", "Report"]
+    return _table("reconciliation", headings, rows)
+
+
+# --------------------------------------------------------------------------- the plugin
+
+
+class StreamingPipelinePlugin(AirflowPlugin):
+    name = "streaming_pipeline"
+    fastapi_apps = [{"app": create_app(), "url_prefix": URL_PREFIX, "name": PAGE_NAME}]
+    external_views = [
+        {
+            "name": PAGE_NAME,
+            "href": f"{URL_PREFIX}/",
+            "destination": "nav",
+            "url_route": "streaming-pipeline",
+            "nav_top_level": True,
+        },
+        {
+            "name": PAGE_NAME,
+            "href": f"{URL_PREFIX}/?dag_id={{DAG_ID}}",
+            "destination": "dag",
+            "url_route": "streaming-pipeline-dag",
+        },
+    ]
