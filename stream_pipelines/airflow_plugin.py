@@ -371,13 +371,13 @@ class StreamingPipelinePlugin(AirflowPlugin):
             "name": PAGE_NAME,
             "href": f"{URL_PREFIX}/",
             "destination": "nav",
-            "url_route": "streaming-pipeline",
+            "url_route": health.PAGE_ROUTE,
             "nav_top_level": True,
         },
         {
             "name": PAGE_NAME,
             "href": f"{URL_PREFIX}/?dag_id={{DAG_ID}}",
             "destination": "dag",
-            "url_route": "streaming-pipeline-dag",
+            "url_route": f"{health.PAGE_ROUTE}-dag",
         },
     ]

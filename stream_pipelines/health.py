@@ -63,6 +63,15 @@ _PAGE_STATES = {
 }
 
 
+# The plugin's external view: the UI shows the page at <Airflow base URL>/plugin/<PAGE_ROUTE>.
+PAGE_ROUTE = "streaming-pipeline"
+
+
+def page_address(airflow_base_url: str) -> str:
+    """Where a person opens the page in the Airflow UI."""
+    return f"{airflow_base_url.rstrip('/')}/plugin/{PAGE_ROUTE}"
+
+
 class SourceUnreachable(RuntimeError):
     """A source of the page (an endpoint, a file) did not answer; the message says which and why."""
 

@@ -249,6 +249,8 @@ def test_the_page_in_the_airflow_ui_shows_what_the_running_app_exports(spark, tm
                 page.get_by_label("Password").fill(password)
                 page.get_by_role("button", name="Sign in").click()
                 page.get_by_role("link", name="Streaming pipeline").first.click()
+                # The address `make up` and `make demo` print for the page is where the nav entry leads.
+                page.wait_for_url(health.page_address(base))
                 frame = page.frame_locator("iframe[title='Streaming pipeline']")
                 row = frame.locator(f"tr[data-app='{APP}']")
                 row.wait_for(timeout=60_000)

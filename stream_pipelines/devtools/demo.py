@@ -21,7 +21,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -257,18 +256,16 @@ class ProgressLine:
 
 
 def query_samples(config: PipelineConfig, app: str, query: str) -> dict[str, float] | None:
-    """One query's unlabelled-by-partition samples from the app's endpoint; None when it does not answer."""
-    from prometheus_client.parser import text_string_to_metric_families
+    """One query's samples (not those per partition) from the app's endpoint; None when it does not answer."""
+    from stream_pipelines import health
 
-    url = f"http://{config.metrics.host}:{APPS[app].metrics_port(config)}/metrics"
     try:
-        text = urllib.request.urlopen(url, timeout=2).read().decode()
-    except OSError:
+        text = health.http_get(health.metrics_url(config, app)).decode()
+    except health.SourceUnreachable:
         return None
     return {
         sample.name: sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
+        for sample in health.parse_exposition(text)
         if sample.labels.get("query") == registry.spark_query_name(app, query)
         and "partition" not in sample.labels
     }
@@ -437,19 +434,22 @@ def check_archive(spark, config: PipelineConfig, produced: dict[tuple[str, int],
 
 
 def _scrape(config: PipelineConfig, app: str) -> dict[str, float]:
-    """The app's own Prometheus endpoint, summed over label sets per metric name."""
-    url = f"http://{config.metrics.host}:{APPS[app].metrics_port(config)}/metrics"
+    """The app's own Prometheus endpoint, summed over label sets per metric name (the watermark lag kept
+    per query, as a maximum is what matters there)."""
+    from stream_pipelines import health
+
     totals: dict[str, float] = {}
     try:
-        text = urllib.request.urlopen(url, timeout=5).read().decode()
-    except OSError:
+        text = health.http_get(health.metrics_url(config, app), timeout_s=5).decode()
+    except health.SourceUnreachable:
         return totals
-    for line in text.splitlines():
-        match = re.match(r"^(pipeline_[a-z_]+)(\{[^}]*\})? ([-+0-9.eEinfNa]+)$", line)
-        if match:
-            name, labels, value = match.groups()
-            key = name if name != "pipeline_watermark_lag_seconds" else f"{name}{labels or ''}"
-            totals[key] = totals.get(key, 0.0) + float(value)
+    for sample in health.parse_exposition(text):
+        if not sample.name.startswith("pipeline_"):
+            continue
+        key = sample.name
+        if key == "pipeline_watermark_lag_seconds":
+            key = f"{key}{{query={sample.labels.get('query')}}}"
+        totals[key] = totals.get(key, 0.0) + sample.value
     return totals
 
 
@@ -534,9 +534,19 @@ def _report(
     )
     if reconciled is not None:
         print(f"    {'reconciliation':<30} {reconciled.report_html}")
+    print(f"    {'pipeline page (Airflow UI)':<30} {_pipeline_page()}")
     spark.stop()
     if reconciled is not None and reconciled.unexplained:
         raise SystemExit("demo: the reconciliation found unexplained differences (see the report above)")
+
+
+def _pipeline_page() -> str:
+    """The page's address when the `make up` stack runs; otherwise how to get it (the demo has no UI)."""
+    from stream_pipelines.devtools import stack
+
+    if stack.airflow_api_server_running(load_config("local")):
+        return stack.pipeline_page()
+    return f"{stack.pipeline_page()} once `make up` runs the stack"
 
 
 def _reconcile(config: PipelineConfig, spark, records: list):

@@ -183,6 +183,7 @@ def up(config: PipelineConfig) -> int:
     login = password or f"see {environment['AIRFLOW_HOME']}/simple_auth_manager_passwords.json.generated"
     print()
     print(f"Airflow UI:     http://127.0.0.1:{AIRFLOW_PORT}  (login {AIRFLOW_USER} / {login})")
+    print(f"Pipeline page:  {pipeline_page()}")
     if shutil.which("prometheus"):
         print(f"Prometheus:     http://127.0.0.1:{PROMETHEUS_PORT}")
         print(f"Alertmanager:   http://127.0.0.1:{ALERTMANAGER_PORT}")
@@ -190,6 +191,18 @@ def up(config: PipelineConfig) -> int:
     print("Controls:       DAG pipeline_control (params app, action)")
     print("`make status` shows what runs; `make down` stops everything.")
     return 0
+
+
+def pipeline_page() -> str:
+    """The "Streaming pipeline" page of the stack's Airflow UI."""
+    from stream_pipelines.health import page_address
+
+    return page_address(f"http://127.0.0.1:{AIRFLOW_PORT}")
+
+
+def airflow_api_server_running(config: PipelineConfig) -> bool:
+    pid = _recorded_pid(config, "airflow-api-server")
+    return bool(pid and _alive(pid))
 
 
 def migrate_airflow_db(environment: dict[str, str]) -> str | None:
