@@ -2,7 +2,7 @@
 
 The fixture is a real report.json, written by the nightly job over the scripted scenario of
 tests/test_reconcile.py (two late deliveries dropped, one duplicate counted, one window still open):
-tests/unit/fixtures/reconciliation/report.json.
+tests/unit/fixtures/reconciliation/report.json (and empty_day_report.json, a day without events).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from stream_pipelines.reconciliation.report import update_report, write_document
 from stream_pipelines.reconciliation.report_html import DETAIL_ROWS, LABELS, render_html
 from stream_pipelines.reconciliation.summary import TOP_CORRECTIONS, report_summary
 
-FIXTURE = Path(__file__).parent / "fixtures" / "reconciliation" / "report.json"
+FIXTURES = Path(__file__).parent / "fixtures" / "reconciliation"
+FIXTURE = FIXTURES / "report.json"
 # The scenario's facts (tests/test_reconcile.py): 9 valid sensor deliveries of 8 events, 2 dropped
 # as late (one whole window), 1 duplicate counted, the 00:30 window not closed by the stream.
 LATE_DROPPED, DUPLICATES, EVENTS, DELIVERIES = 2, 1, 8, 9
@@ -263,3 +264,16 @@ def test_without_chromium_the_report_still_writes_and_says_why_there_is_no_pdf(
     assert "report_pdf" not in written["outputs"]
     assert not (tmp_path / "report.pdf").exists(), "a stale PDF would not match the report"
     assert "No PDF copy:" in (tmp_path / "report.html").read_text()
+
+
+def test_an_empty_day_renders_with_its_reason_and_no_empty_plots():
+    empty = json.loads((FIXTURES / "empty_day_report.json").read_text())
+    summary = report_summary(empty)
+    assert summary["headline"].startswith("EMPTY DAY")
+    assert summary["events"]["sensor_events"] == summary["day_totals"]["exact_readings"] == 0
+    assert any("no valid sensor event" in reason for reason in summary["why"])
+    (axes,) = plots.delay_figure(empty).axes
+    assert [text.get_text() for text in axes.texts] == ["no deliveries for this day"]
+    page = Page(rendered(empty))
+    assert page.sections == ["summary", "plots", "details", "provenance"]
+    assert "No window needed a correction." in " ".join(page.text)
