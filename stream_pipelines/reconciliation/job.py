@@ -114,7 +114,6 @@ class ReconciliationResult:
                 "deliveries_in_batch_log_gaps": self.unknown_deliveries,
                 "tumbling_status_counts": self.tumbling_statuses,
             },
-            "day_totals": self.day_totals,
             "delay_analysis": {
                 "per_topic": [s.as_json() for s in self.delay_stats],
                 "recommended_watermark_s": self.recommended_watermark_s,
@@ -124,6 +123,7 @@ class ReconciliationResult:
             "compliance_rows": self.compliance_rows,
             "outputs": self.outputs,
             "quality_gates": self.quality_gates,
+            "day_totals": self.day_totals,
         }
 
 

@@ -198,7 +198,7 @@ h3{font-size:1.05em;margin:1.2em 0 .4em}
 .card dt{color:var(--muted);font-size:.85em}
 .card dd{margin:.1em 0 0;font-size:1.35em;font-weight:600}
 .card dd small{display:block;font-size:.6em;font-weight:400;color:var(--muted)}
-.pair{display:grid;grid-template-columns:repeat(auto-fit,minmax(380px,1fr));gap:1.5em}
+.pair{display:flex;flex-wrap:wrap;gap:0 2.5em;align-items:flex-start}
 table{border-collapse:collapse;margin:.5em 0 1em;font-size:13px}
 th,td{border:1px solid var(--line);padding:3px 7px;text-align:left;vertical-align:top}
 th{background:#f6f8fa}
@@ -335,9 +335,9 @@ def summary_section(summary: dict[str, Any]) -> str:
                 "sensor deliveries the watermark excluded from their window",
             ),
             _card(
-                "Duplicates the stream counted",
+                "Duplicate deliveries",
                 summary["duplicates"]["deliveries"],
-                "deliveries of an event already delivered (the exact figures count it once)",
+                "the stream counts each one it does not drop as late; the exact figures count the event once",
             ),
             _card(
                 "Day total readings: exact vs stream",
@@ -369,6 +369,7 @@ def summary_section(summary: dict[str, Any]) -> str:
             "sensor_id",
             ("readings", ["exact_readings", "streaming_readings"]),
             "readings_corrected",
+            ("avg_temperature", ["exact_avg_temperature", "streaming_avg_temperature"]),
             "verdict",
         ],
         row_class="verdict",

@@ -57,7 +57,8 @@ def report_summary(document: dict[str, Any]) -> dict[str, Any]:
         "largest_by_sensor": _by_sensor(corrections)[:TOP_CORRECTIONS],
         "largest_by_window": sorted(
             (_window_correction(d) for d in corrections),
-            key=lambda c: (-abs(c["readings_corrected"]), c["window"]),
+            # Unexplained first: they are what a reviewer must look at.
+            key=lambda c: (c["verdict"] != UNEXPLAINED, -abs(c["readings_corrected"]), c["window"]),
         )[:TOP_CORRECTIONS],
         "corrected_windows": len(corrections),
         "pending": _pending(document),
@@ -159,8 +160,8 @@ def _window_correction(diff: dict[str, Any]) -> dict[str, Any]:
         "exact_readings": _readings(exact),
         "streaming_readings": _readings(streaming),
         "readings_corrected": _readings(exact) - _readings(streaming),
-        "avg_exact": exact.get("avg_temperature"),
-        "avg_streaming": streaming.get("avg_temperature"),
+        "exact_avg_temperature": exact.get("avg_temperature"),
+        "streaming_avg_temperature": streaming.get("avg_temperature"),
         "dropped_deliveries": int(diff.get("dropped_deliveries") or 0),
         "duplicate_deliveries": int(diff.get("duplicate_deliveries") or 0),
     }

@@ -133,6 +133,7 @@ def test_a_failed_run_says_so_first_and_names_the_window(document):
     failed["window_counts"] |= {"explained_diffs": 2, "unexplained_diffs": 1}
     summary = report_summary(failed)
     assert summary["headline"].startswith("FAILED")
+    assert summary["largest_by_window"][0]["verdict"] == "unexplained", "what to look at comes first"
     assert any("[2026-01-01 00:05:00, 00:10:00) sensor-0001" in reason for reason in summary["why"])
     page = rendered(failed)
     assert page.index("FAILED") < page.index('id="plots"')
