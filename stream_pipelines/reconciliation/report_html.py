@@ -13,6 +13,8 @@ import html
 from datetime import UTC, datetime
 from typing import Any
 
+from stream_pipelines.reconciliation.ads import MISSING_MATCH, WRONG_MATCH
+from stream_pipelines.reconciliation.diff import DIFFERENT, EXTRA, MISSING
 from stream_pipelines.reconciliation.summary import PENDING, UNEXPLAINED, report_summary, window_label
 
 # Report keys (JSON field names, column and group keys) -> what a reader sees. Defined once.
@@ -120,13 +122,11 @@ LABELS: dict[str, str] = {
 }
 # Internal values shown in tables -> words.
 VALUE_LABELS = {
-    "missing_window": "missing from the stream",
-    "extra_window": "only in the stream",
-    "different_figures": "different figures",
-    "missing_match": "missing from the stream",
-    "wrong_match": "wrong match",
-    "tumbling": "tumbling windows",
-    "sliding": "sliding windows",
+    MISSING: "missing from the stream",
+    EXTRA: "only in the stream",
+    DIFFERENT: "different figures",
+    MISSING_MATCH: "missing from the stream",
+    WRONG_MATCH: "wrong match",
 }
 DETAIL_ROWS = 200  # rows per detail table; the rest is in report.json
 PENDING_LISTED = 10

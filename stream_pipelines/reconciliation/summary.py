@@ -13,11 +13,9 @@ from datetime import date, datetime, timedelta
 from typing import Any
 
 from stream_pipelines.config import Duration
+from stream_pipelines.reconciliation.diff import EXPLAINED, MISSING, PENDING, UNEXPLAINED
+from stream_pipelines.reconciliation.ledger import DROPPED
 
-# Kept in step with stream_pipelines.reconciliation.diff and .ledger (not imported: they import Spark).
-EXPLAINED, UNEXPLAINED, PENDING = "explained", "unexplained", "pending"
-DROPPED_STATUS = "dropped_by_watermark"
-NOT_CLOSED_REASON = "the stream has not closed this window yet"
 TOP_CORRECTIONS = 5
 
 
@@ -112,7 +110,7 @@ def _late(document: dict[str, Any]) -> dict[str, Any]:
     ledger = document.get("late_event_ledger", {})
     statuses = ledger.get("tumbling_status_counts")
     if statuses is not None:
-        dropped, source = int(statuses.get(DROPPED_STATUS, 0)), "ledger status counts"
+        dropped, source = int(statuses.get(DROPPED, 0)), "ledger status counts"
     else:  # reports written before the status counts were recorded
         dropped = sum(int(d.get("dropped_deliveries") or 0) for d in document.get("diffs", []))
         source = "differing windows"
@@ -203,7 +201,8 @@ def _pending(document: dict[str, Any]) -> dict[str, Any]:
     pending = [d for d in diffs_of(document) if d.get("verdict") == PENDING]
     pending += [d for d in document.get("ad_match_diffs", []) if d.get("verdict") == PENDING]
     inputs = document.get("inputs", {})
-    not_closed = [d for d in pending if NOT_CLOSED_REASON in d.get("reasons", ())]
+    # diff.classify makes a missing window pending only while the stream has not closed it.
+    not_closed = [d for d in pending if d.get("kind") == MISSING]
     advice = []
     if not_closed:
         last_end = max(str(d["window_end"]) for d in not_closed)
