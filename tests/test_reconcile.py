@@ -236,7 +236,15 @@ def test_known_late_events_are_exactly_the_ledger_and_every_diff_is_explained(sp
     assert {"delay_histogram.png", "what_if.png"} <= {
         p.name for p in Path(result.report_json).parent.iterdir()
     }
-    assert "sensor-0002-0200-15.0" in Path(result.report_html).read_text()
+    page = Path(result.report_html).read_text()
+    assert "sensor-0002-0200-15.0" in page
+    # For people: the verdict first, then the plots (embedded), the details and the provenance.
+    assert page.index('<section id="summary">') < page.index('<section id="plots">')
+    assert page.index("PASSED: the stream") < page.index("data:image/png;base64,")
+    assert report["inputs"]["config_digest"].startswith("sha256:")
+    assert report["day_totals"] == {"exact_readings": 8, "streaming_readings": 6, "model_readings": 6}
+    assert report["pdf"]["rendered"], report["pdf"]
+    assert (Path(result.report_json).parent / "report.pdf").read_bytes().startswith(b"%PDF")
     sensors = next(s for s in result.delay_stats if s.topic == "sensors")
     assert sensors.events == sum(isinstance(e, dict) for b in SCENARIO for e in b)
     assert result.recommended_watermark_s == pytest.approx(-(-sensors.p99_s * 1.4 // 1))
@@ -576,4 +584,5 @@ def test_the_reconciliation_over_s3_equals_the_same_run_over_local_data(
     )
     assert {"delay_histogram.png", "what_if.png", "report.html"} <= set(store.files_under(folder))
     assert (folder / "what_if.png").read_bytes().startswith(b"\x89PNG")
+    assert (folder / "report.pdf").read_bytes().startswith(b"%PDF"), on_s3["pdf"]
     assert not (tmp_path / "unused").exists(), "something was written to the local data root"

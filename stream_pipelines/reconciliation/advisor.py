@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from stream_pipelines.config import Duration
 
 PERCENTILES = (0.5, 0.9, 0.99, 0.999)
+# Equal-width buckets from the smallest to the largest delay, per topic (the report's plot reads them).
+HISTOGRAM_BUCKETS = 30
 # Arrival buckets for deliveries outside the batch log get ids far above any real batch id.
 UNLOGGED_BATCH_BASE = 10**15
 CANDIDATE_WATERMARK_SCHEMA = StructType(
@@ -67,7 +69,7 @@ class WhatIf:
 
 
 def delay_stats_per_topic(
-    frames: Sequence[DataFrame], topics: Sequence[str], buckets: int = 30
+    frames: Sequence[DataFrame], topics: Sequence[str], buckets: int = HISTOGRAM_BUCKETS
 ) -> list[DelayStats]:
     """Percentiles and a histogram of the arrival delay (arrival minus event time), per topic.
 

@@ -15,6 +15,7 @@ the aggregations are the streaming apps' own functions, called without a waterma
 from __future__ import annotations
 
 import argparse
+import hashlib
 import subprocess
 import sys
 import time
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
 APP = "reconcile"
 SENSOR_APP, TUMBLING_QUERY, SLIDING_QUERY = "sensor_aggregation", "tumbling", "sliding"
 AD_APP, MATCHES_QUERY = "ad_matching", "matches"
+# The sides of the window comparison whose readings the report totals for the day.
+DAY_TOTAL_SIDES = ("exact", "streaming", "model")
 ADS_LEDGER_SCOPE = (
     "ad deliveries count as dropped when their own event time is at or behind the late-filter watermark "
     "of the batch that read them (deduplication's late filter); join state eviction is not modelled apart"
@@ -85,6 +88,10 @@ class ReconciliationResult:
     report_json: str = ""
     report_html: str = ""
     quality_gates: list[dict[str, Any]] = field(default_factory=list)
+    # Readings in D's windows three ways (exact, stream, ledger model), for the report's day totals.
+    day_totals: dict[str, int] = field(default_factory=dict)
+    # The ledger status of each (sensor delivery, tumbling window of D) pair, counted.
+    tumbling_statuses: dict[str, int] = field(default_factory=dict)
 
     @property
     def unexplained(self) -> list[WindowDiff | MatchDiff]:
@@ -105,6 +112,7 @@ class ReconciliationResult:
                 "rows": self.ledger,
                 "pending_deliveries_not_yet_read": self.pending_deliveries,
                 "deliveries_in_batch_log_gaps": self.unknown_deliveries,
+                "tumbling_status_counts": self.tumbling_statuses,
             },
             "delay_analysis": {
                 "per_topic": [s.as_json() for s in self.delay_stats],
@@ -115,6 +123,7 @@ class ReconciliationResult:
             "compliance_rows": self.compliance_rows,
             "outputs": self.outputs,
             "quality_gates": self.quality_gates,
+            "day_totals": self.day_totals,
         }
 
 
@@ -306,6 +315,10 @@ def reconcile_sensors(
         window_counts=compared.agg(
             F.count(F.col("exact_present")).alias("exact_windows"),
             F.count(F.col("streaming_present")).alias("streaming_windows"),
+            *[
+                F.coalesce(F.sum(f"{side}_reading_count"), F.lit(0)).alias(f"{side}_readings")
+                for side in DAY_TOTAL_SIDES
+            ],
         ),
         ledger=excluded,
         ledger_listed=excluded.orderBy("query", "window_start", "event_time", "event_id").limit(
@@ -397,7 +410,8 @@ def summarize(
         (diff.classify(row.asDict(), settings.tolerances) for row in differing),
         key=lambda d: (d.window_start, d.sensor_id),
     )
-    window_counts = count_windows(sensors.window_counts.first(), diffs)
+    counted_windows = sensors.window_counts.first()
+    window_counts = count_windows(counted_windows, diffs)
 
     progress(
         f"{window_counts['exact_windows']} exact windows, {len(diffs)} differ; building the late-event ledger"
@@ -467,6 +481,8 @@ def summarize(
         quarantine=quarantine,
         compliance_rows=0,
         match_diffs=match_diffs,
+        day_totals={f"{side}_readings": int(counted_windows[f"{side}_readings"]) for side in DAY_TOTAL_SIDES},
+        tumbling_statuses=status_counts,
     )
 
 
@@ -486,6 +502,7 @@ def audit_trail(config: PipelineConfig, tumbling_batches: Sequence[BatchRecord])
         "tolerances": settings.tolerances.model_dump(),
         "code_version": code_version(),
         "config_env": config.env,
+        "config_digest": config_digest(config),
         "run_at": datetime.now(UTC).isoformat(),
     }
 
@@ -582,6 +599,11 @@ def window_ends_by(watermark_ms: int | None) -> Column:
 
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
     return {k: (v.isoformat() if isinstance(v, datetime | date) else v) for k, v in row.items()}
+
+
+def config_digest(config: PipelineConfig) -> str:
+    """sha256 of the effective config (after overrides): equal digests, equal settings."""
+    return "sha256:" + hashlib.sha256(config.model_dump_json().encode()).hexdigest()
 
 
 def code_version() -> str:

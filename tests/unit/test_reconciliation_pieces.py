@@ -203,5 +203,6 @@ def test_the_report_json_keeps_its_sections():
         "compliance_rows",
         "outputs",
         "quality_gates",
+        "day_totals",
     ]
     assert document["diffs"][0]["window"] == "[2026-01-01 00:00:00, 00:05:00) sensor-0001"
