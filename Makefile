@@ -7,7 +7,7 @@ export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(BIN)/python
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: help setup lock demo chaos test test-deps up down status standalone-start standalone-stop standalone-status test-fast lint format broker-start broker-stop broker-status bench-ingest bench-streaming bench-metrics bench-reconcile clean
+.PHONY: help setup lock demo chaos test test-deps up down status standalone-start standalone-stop standalone-status test-fast lint format broker-start broker-stop broker-status bench-ingest bench-streaming bench-metrics bench-reconcile bench-startup clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -75,6 +75,9 @@ bench-streaming: setup  ## both apps: sustained rate, tuned vs naive, state rows
 
 bench-metrics: setup  ## sensor app throughput with the Prometheus exporter on and off, same run
 	$(BIN)/python -m stream_pipelines.devtools.benchmarks.metrics_overhead $(BENCH_ARGS)
+
+bench-startup: setup  ## each app alone: spark-submit to first committed batch, split into phases (BENCH_ARGS=--repeats 3)
+	$(BIN)/python -m stream_pipelines.devtools.benchmarks.startup $(BENCH_ARGS)
 
 bench-reconcile: setup  ## nightly reconciliation over one day of 10M generated raw events: rows/s, peak memory
 	$(BIN)/python -m stream_pipelines.devtools.benchmarks.reconcile $(BENCH_ARGS)

@@ -93,6 +93,8 @@ def _run_owned(config: PipelineConfig, app: App, trigger: TriggerMode, keeper: L
 
     spark = get_spark(config, app.name, own_scratch=True)
     keeper.record.spark_app_id = spark.sparkContext.applicationId
+    # A start-up phase boundary for people reading the log, and for the start-up benchmark.
+    _log(app.name, f"Spark session ready ({spark.sparkContext.applicationId})")
     try:
         with observed(config, app, spark) as on_started:
             sinks = start_queries(config, app, spark)

@@ -177,11 +177,17 @@ def isolated_run(config: PipelineConfig, name: str) -> Iterator[PipelineConfig]:
     ``_spark_metadata`` log: a second run into the same folder would read its input and do no work.
     """
     root = Path(config.project_path(config.paths.data_root)) / "runs" / name
-    entries = ("checkpoints", "outputs", "quarantine", "archive")
     try:
-        yield derive_config(config, [f"paths.{entry}=runs/{name}/{entry}" for entry in entries])
+        yield derive_config(config, isolated_overrides(name))
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def isolated_overrides(name: str) -> list[str]:
+    """The ``--set`` overrides that give a run its own checkpoints and outputs (see ``isolated_run``)."""
+    return [
+        f"paths.{entry}=runs/{name}/{entry}" for entry in ("checkpoints", "outputs", "quarantine", "archive")
+    ]
 
 
 def await_queries(queries: Sequence[StreamingQuery], interrupts: Interrupts, poll_s: float = 0.5) -> None:
