@@ -7,7 +7,7 @@ export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(BIN)/python
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: help setup lock demo chaos test test-deps up down status standalone-start standalone-stop standalone-status test-fast lint format broker-start broker-stop broker-status bench-ingest bench-streaming bench-metrics bench-reconcile bench-startup clean
+.PHONY: help setup lock demo chaos test test-deps up down status standalone-start standalone-stop standalone-status test-fast lint format broker-start broker-stop broker-status bench-ingest bench-streaming bench-metrics bench-reconcile bench-startup bench-batch-cost clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -78,6 +78,9 @@ bench-metrics: setup  ## sensor app throughput with the Prometheus exporter on a
 
 bench-startup: setup  ## each app alone: spark-submit to first committed batch, split into phases (BENCH_ARGS=--repeats 3)
 	$(BIN)/python -m stream_pipelines.devtools.benchmarks.startup $(BENCH_ARGS)
+
+bench-batch-cost: setup  ## each app's queries: per-batch time (durationMs parts) and CPU at ~1, 50, 500 and 5,000 rows
+	$(BIN)/python -m stream_pipelines.devtools.benchmarks.batch_cost $(BENCH_ARGS)
 
 bench-reconcile: setup  ## nightly reconciliation over one day of 10M generated raw events: rows/s, peak memory
 	$(BIN)/python -m stream_pipelines.devtools.benchmarks.reconcile $(BENCH_ARGS)

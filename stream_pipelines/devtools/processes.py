@@ -88,6 +88,20 @@ def process_table() -> dict[int, Proc]:
     return table
 
 
+def cpu_seconds(pids: set[int]) -> float:
+    """User plus system CPU of these processes and of their children they have reaped, in seconds.
+
+    A process that is gone counts nothing: take the set and both readings while it lives.
+    """
+    ticks = 0
+    for pid in pids:
+        fields = _stat_fields(pid)
+        if len(fields) > 14:
+            # utime, stime, cutime, cstime: fields 14-17 of /proc/<pid>/stat, 11-14 after the name.
+            ticks += sum(int(value) for value in fields[11:15])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def parent_pid(pid: int) -> int | None:
     """The parent of a live process, from /proc; None once it is gone."""
     fields = _stat_fields(pid)

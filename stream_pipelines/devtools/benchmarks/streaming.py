@@ -544,6 +544,8 @@ class Batch:
     seen_at: float
     # What the stateful operators really ran with, as evidence that a variant's settings took hold.
     state: tuple[str, ...] = ()
+    # durationMs as Spark reports it: addBatch, queryPlanning, latestOffset, walCommit, ...
+    durations: dict[str, int] = field(default_factory=dict)
 
 
 def state_operators(update: dict[str, Any]) -> tuple[str, ...]:
@@ -656,6 +658,7 @@ class LoadedApp:
                     backlog=backlog,
                     seen_at=now,
                     state=state_operators(update),
+                    durations={part: int(ms) for part, ms in update["durationMs"].items()},
                 )
             )
 
@@ -711,11 +714,7 @@ class LoadedApp:
 
 
 def build_app_sinks(app: str) -> Callable[[SparkSession, PipelineConfig], list[StreamSink]]:
-    if app == SENSOR_APP:
-        from stream_pipelines.apps.sensor_aggregation import build_sinks
-    else:
-        from stream_pipelines.apps.ad_matching import build_sinks
-    return build_sinks
+    return registry.APPS[app].build_sinks
 
 
 # --------------------------------------------------------------------------- rate steps and the search

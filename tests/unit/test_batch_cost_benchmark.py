@@ -1,0 +1,77 @@
+"""The per-batch cost benchmark's arithmetic and table: medians of Spark's durationMs parts per query,
+the slowest query as the app's batch time, CPU per batch, and the goal only beside its own figure."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from stream_pipelines.devtools.benchmarks.batch_cost import format_table, median_parts
+from stream_pipelines.devtools.benchmarks.streaming import Batch
+from stream_pipelines.devtools.processes import cpu_seconds
+
+
+def batch(query: str, trigger_ms: int, add_batch_ms: int) -> Batch:
+    return Batch(
+        query=query,
+        run=1,
+        batch_id=0,
+        started=0.0,
+        duration_s=trigger_ms / 1000,
+        rows=50,
+        backlog=0,
+        seen_at=0.0,
+        durations={"triggerExecution": trigger_ms, "addBatch": add_batch_ms},
+    )
+
+
+def test_each_duration_part_is_the_median_over_the_batches_in_seconds() -> None:
+    batches = [batch("q", 3000, 2500), batch("q", 1000, 800), batch("q", 2000, 1500)]
+    assert median_parts(batches) == {"addBatch": 1.5, "triggerExecution": 2.0}
+
+
+def results(app_batch_s: float) -> dict:
+    size = {
+        "size": 50,
+        "queries": {
+            "sensor_aggregation.tumbling": {
+                "batches": 4,
+                "rows_median": 49,
+                "seconds_median": {"triggerExecution": app_batch_s, "addBatch": app_batch_s - 0.3},
+            }
+        },
+        "app_batch_s": app_batch_s,
+        "cpu_s_per_batch": 4.4,
+        "cores": 0.44,
+    }
+    other = {**size, "size": 500}
+    return {
+        "batches": 4,
+        "warmup": 2,
+        "machine": {"usable_cpus": 2},
+        "goal": {"app": "sensor_aggregation", "size": 50, "app_batch_s": 1.0},
+        "apps": {"sensor_aggregation": {"trigger_s": 10.0, "sizes": [size, other]}},
+    }
+
+
+def test_the_table_shows_each_query_and_the_goal_beside_the_50_row_sensor_batch_only() -> None:
+    table = format_table(results(2.61))
+    goal_lines = [line for line in table.splitlines() if line.rstrip().endswith("<= 1")]
+    assert len(goal_lines) == 1 and "~50 rows" in goal_lines[0] and "2.61" in goal_lines[0]
+    assert "  sensor_aggregation.tumbling" in table
+    assert "4.40   = 0.44 cores at a 10s trigger" in table
+
+
+def test_cpu_seconds_counts_a_busy_child_and_nothing_for_a_gone_one() -> None:
+    spin = "import time\nstart = time.time()\nwhile time.time() - start < 1.0: pass"
+    busy = subprocess.Popen([sys.executable, "-c", spin])
+    try:
+        time.sleep(0.5)
+        before = cpu_seconds({busy.pid})
+        busy.wait(timeout=10)
+    finally:
+        busy.kill()
+    assert before > 0.0
+    assert cpu_seconds({os.getpid() + 10_000_000}) == 0.0
