@@ -35,13 +35,14 @@ from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
 from stream_pipelines.devtools.benchmarks.common import (
     BenchmarkError,
     Interrupts,
+    add_results_argument,
+    benchmark_parser,
     load_average,
     log,
     machine_info,
     positive_int,
-    print_and_save,
     private_broker,
-    run_main,
+    run_and_report,
     stop_session,
 )
 from stream_pipelines.devtools.benchmarks.streaming import Batch, BrokerOffsets, LoadedApp, PacedProducer
@@ -208,11 +209,7 @@ def format_table(results: dict[str, Any]) -> str:
 def build_parser() -> argparse.ArgumentParser:
     from stream_pipelines.config import add_config_arguments
 
-    parser = argparse.ArgumentParser(
-        prog="python -m stream_pipelines.devtools.benchmarks.batch_cost",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = benchmark_parser("stream_pipelines.devtools.benchmarks.batch_cost", __doc__)
     parser.add_argument(
         "--apps",
         nargs="+",
@@ -229,20 +226,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--warmup", type=positive_int, default=2, help="batches skipped after a size change")
     parser.add_argument("--batches", type=positive_int, default=4, help="batches measured per query and size")
-    parser.add_argument(
-        "--out", type=Path, default=DEFAULT_OUT, help="results JSON (default: data/bench/batch_cost.json)"
-    )
+    add_results_argument(parser, DEFAULT_OUT)
     add_config_arguments(parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run_main(
-        "bench-batch-cost",
-        lambda interrupts: run_benchmark(args, interrupts),
-        print_and_save(format_table, args.out),
-    )
+    return run_and_report("bench-batch-cost", args, run_benchmark, format_table)
 
 
 if __name__ == "__main__":

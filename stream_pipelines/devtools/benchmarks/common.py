@@ -369,6 +369,33 @@ def print_and_save(
     return finish
 
 
+def benchmark_parser(module: str, doc: str | None) -> argparse.ArgumentParser:
+    """A benchmark's option parser: run as ``python -m <module>``, its docstring as the description."""
+    return argparse.ArgumentParser(
+        prog=f"python -m {module}", description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+
+
+def add_results_argument(parser: argparse.ArgumentParser, default: Path) -> None:
+    """``--out``: where the results JSON goes."""
+    from stream_pipelines.config import PROJECT_ROOT
+
+    shown = default.relative_to(PROJECT_ROOT) if default.is_relative_to(PROJECT_ROOT) else default
+    parser.add_argument("--out", type=Path, default=default, help=f"results JSON (default: {shown})")
+
+
+def run_and_report(
+    name: str,
+    args: argparse.Namespace,
+    run_benchmark: Callable[[argparse.Namespace, Interrupts], dict[str, Any]],
+    format_table: Callable[[dict[str, Any]], str],
+) -> int:
+    """The whole ``main`` of a benchmark whose results are a table on stdout and JSON at ``args.out``."""
+    return run_main(
+        name, lambda interrupts: run_benchmark(args, interrupts), print_and_save(format_table, args.out)
+    )
+
+
 def run_main(
     name: str,
     run: Callable[[Interrupts], dict[str, Any]],

@@ -36,14 +36,15 @@ from stream_pipelines.devtools.benchmarks.common import (
     BenchmarkError,
     Interrupts,
     Summary,
+    add_results_argument,
+    benchmark_parser,
     load_average,
     log,
     machine_info,
     non_negative_int,
     positive_int,
-    print_and_save,
     private_broker,
-    run_main,
+    run_and_report,
     stop_session,
 )
 
@@ -451,11 +452,7 @@ def format_table(results: dict[str, Any]) -> str:
 def build_parser() -> argparse.ArgumentParser:
     from stream_pipelines.config import add_config_arguments
 
-    parser = argparse.ArgumentParser(
-        prog="python -m stream_pipelines.devtools.benchmarks.ingest",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = benchmark_parser("stream_pipelines.devtools.benchmarks.ingest", __doc__)
     parser.add_argument(
         "--events",
         type=positive_int,
@@ -471,9 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="unmeasured rounds first, to warm up the JVMs (default: 1)",
     )
-    parser.add_argument(
-        "--out", type=Path, default=DEFAULT_OUT, help="results JSON (default: data/bench/ingest.json)"
-    )
+    add_results_argument(parser, DEFAULT_OUT)
     # --set can change Spark and Kafka settings; the broker, its ports and the data root are always private.
     add_config_arguments(parser)
     return parser
@@ -481,12 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-
-    return run_main(
-        "bench-ingest",
-        lambda interrupts: run_benchmark(args, interrupts),
-        print_and_save(format_table, args.out),
-    )
+    return run_and_report("bench-ingest", args, run_benchmark, format_table)
 
 
 if __name__ == "__main__":

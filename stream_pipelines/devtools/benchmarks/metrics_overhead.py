@@ -36,7 +36,6 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from http.client import HTTPException
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
@@ -44,17 +43,18 @@ from stream_pipelines.devtools.benchmarks.common import (
     BenchmarkError,
     Interrupts,
     Summary,
+    add_results_argument,
     await_queries,
     batch_progress,
+    benchmark_parser,
     isolated_run,
     load_average,
     log,
     machine_info,
     positive_float,
     positive_int,
-    print_and_save,
     private_broker,
-    run_main,
+    run_and_report,
     stop_session,
 )
 from stream_pipelines.devtools.benchmarks.ingest import PARTITIONS, Dataset, produce_dataset
@@ -405,11 +405,7 @@ def format_table(results: dict[str, Any]) -> str:
 def build_parser() -> argparse.ArgumentParser:
     from stream_pipelines.config import add_config_arguments
 
-    parser = argparse.ArgumentParser(
-        prog="python -m stream_pipelines.devtools.benchmarks.metrics_overhead",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = benchmark_parser("stream_pipelines.devtools.benchmarks.metrics_overhead", __doc__)
     parser.add_argument(
         "--events", type=positive_int, default=DEFAULT_EVENTS, help="readings to produce (default: 300000)"
     )
@@ -431,12 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="how often the exporter is scraped while it is on (default: 1)",
     )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=DEFAULT_OUT,
-        help="results JSON (default: data/bench/metrics_overhead.json)",
-    )
+    add_results_argument(parser, DEFAULT_OUT)
     # --set can change Spark and Kafka settings; the broker, its ports and the data root are always private.
     add_config_arguments(parser)
     return parser
@@ -444,12 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-
-    return run_main(
-        "bench-metrics",
-        lambda interrupts: run_benchmark(args, interrupts),
-        print_and_save(format_table, args.out),
-    )
+    return run_and_report("bench-metrics", args, run_benchmark, format_table)
 
 
 if __name__ == "__main__":

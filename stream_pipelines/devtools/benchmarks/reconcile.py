@@ -49,6 +49,8 @@ from stream_pipelines.config import PROJECT_ROOT, STORED_PATHS, PipelineConfig
 from stream_pipelines.devtools.benchmarks.common import (
     BenchmarkError,
     Interrupts,
+    add_results_argument,
+    benchmark_parser,
     derive_config,
     load_average,
     log,
@@ -1169,11 +1171,7 @@ def format_table(results: dict[str, Any]) -> str:
 def build_parser() -> argparse.ArgumentParser:
     from stream_pipelines.config import add_config_arguments
 
-    parser = argparse.ArgumentParser(
-        prog="python -m stream_pipelines.devtools.benchmarks.reconcile",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = benchmark_parser("stream_pipelines.devtools.benchmarks.reconcile", __doc__)
     parser.add_argument(
         "--events",
         type=positive_int,
@@ -1207,9 +1205,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="skip generation when the data root holds data generated with the same settings",
     )
-    parser.add_argument(
-        "--out", type=Path, default=DEFAULT_OUT, help="results JSON (default: data/bench/reconcile.json)"
-    )
+    add_results_argument(parser, DEFAULT_OUT)
     parser.add_argument(
         "--phase", choices=[PHASE_ALL, PHASE_GENERATE], default=PHASE_ALL, help=argparse.SUPPRESS
     )

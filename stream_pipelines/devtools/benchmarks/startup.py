@@ -37,15 +37,16 @@ from stream_pipelines.devtools.benchmarks.common import (
     BenchmarkError,
     Interrupts,
     Summary,
+    add_results_argument,
+    benchmark_parser,
     derive_config,
     isolated_overrides,
     load_average,
     log,
     machine_info,
     positive_int,
-    print_and_save,
     private_broker,
-    run_main,
+    run_and_report,
 )
 from stream_pipelines.devtools.processes import descendants, stop_process_group
 from stream_pipelines.registry import APP_NAMES, APPS
@@ -240,18 +241,12 @@ def format_table(results: dict[str, Any]) -> str:
 def build_parser() -> argparse.ArgumentParser:
     from stream_pipelines.config import add_config_arguments
 
-    parser = argparse.ArgumentParser(
-        prog="python -m stream_pipelines.devtools.benchmarks.startup",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = benchmark_parser("stream_pipelines.devtools.benchmarks.startup", __doc__)
     parser.add_argument(
         "--repeats", type=positive_int, default=DEFAULT_REPEATS, help="starts per app (default: 3)"
     )
     parser.add_argument("--apps", nargs="+", choices=APP_NAMES, help="apps to start (default: all)")
-    parser.add_argument(
-        "--out", type=Path, default=DEFAULT_OUT, help="results JSON (default: data/bench/startup.json)"
-    )
+    add_results_argument(parser, DEFAULT_OUT)
     # --set can change Spark and Kafka settings; the broker, its ports and the data root are always private.
     add_config_arguments(parser)
     return parser
@@ -259,11 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run_main(
-        "bench-startup",
-        lambda interrupts: run_benchmark(args, interrupts),
-        print_and_save(format_table, args.out),
-    )
+    return run_and_report("bench-startup", args, run_benchmark, format_table)
 
 
 if __name__ == "__main__":

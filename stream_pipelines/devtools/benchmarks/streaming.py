@@ -68,8 +68,10 @@ from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
 from stream_pipelines.devtools.benchmarks.common import (
     BenchmarkError,
     Interrupts,
+    add_results_argument,
     await_queries,
     batch_progress,
+    benchmark_parser,
     derive_config,
     isolated_run,
     load_average,
@@ -1321,11 +1323,7 @@ def start_rates(text: str) -> dict[str, float]:
 def build_parser() -> argparse.ArgumentParser:
     from stream_pipelines.config import add_config_arguments
 
-    parser = argparse.ArgumentParser(
-        prog="python -m stream_pipelines.devtools.benchmarks.streaming",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = benchmark_parser("stream_pipelines.devtools.benchmarks.streaming", __doc__)
     parser.add_argument(
         "--quick",
         action="store_true",
@@ -1361,9 +1359,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="event time per state batch; must divide the slide (full: 60, quick: 150)",
     )
     parser.add_argument("--skip-state", action="store_true", help="leave out the state-vs-delay replays")
-    parser.add_argument(
-        "--out", type=Path, default=DEFAULT_OUT, help="results JSON (default: data/bench/streaming.json)"
-    )
+    add_results_argument(parser, DEFAULT_OUT)
     parser.add_argument("--plot", type=Path, help="plot PNG (default: the JSON's path with .png)")
     # --set can change Spark and Kafka settings; the broker, its ports and the data root are always private.
     add_config_arguments(parser)
