@@ -75,3 +75,29 @@ def test_cpu_seconds_counts_a_busy_child_and_nothing_for_a_gone_one() -> None:
         busy.kill()
     assert before > 0.0
     assert cpu_seconds({os.getpid() + 10_000_000}) == 0.0
+
+
+def test_the_cpu_is_read_from_the_spark_driver_not_the_private_brokers_jvm() -> None:
+    from stream_pipelines.devtools.benchmarks.batch_cost import spark_driver_jvm
+    from stream_pipelines.devtools.processes import Proc
+
+    broker = Proc(
+        10, 1, "S", ("/usr/bin/java", "-Xmx512m", "-cp", "/jars/*", "kafka.Kafka", "server.properties")
+    )
+    spark = Proc(
+        20,
+        1,
+        "S",
+        (
+            "/usr/lib/jvm/bin/java",
+            "-cp",
+            "/spark/jars/*",
+            "org.apache.spark.deploy.SparkSubmit",
+            "pyspark-shell",
+        ),
+    )
+    worker = Proc(30, 20, "S", ("/venv/bin/python", "-m", "pyspark.daemon"))
+    table = {proc.pid: proc for proc in (broker, spark, worker)}
+    # Either order: the set of descendants has none.
+    assert spark_driver_jvm(table, [10, 20, 30]) == 20
+    assert spark_driver_jvm(table, [30, 20, 10]) == 20

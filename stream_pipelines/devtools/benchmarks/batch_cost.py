@@ -46,10 +46,11 @@ from stream_pipelines.devtools.benchmarks.common import (
     stop_session,
 )
 from stream_pipelines.devtools.benchmarks.streaming import Batch, BrokerOffsets, LoadedApp, PacedProducer
-from stream_pipelines.devtools.processes import cpu_seconds, descendants, process_table
+from stream_pipelines.devtools.processes import Proc, cpu_seconds, descendants, process_table
 
 DEFAULT_OUT = PROJECT_ROOT / "data" / "bench" / "batch_cost.json"
 SIZES = (1, 50, 500, 5_000)
+SPARK_DRIVER_CLASS = "org.apache.spark.deploy.SparkSubmit"
 GOAL_APP, GOAL_SIZE, GOAL_BATCH_S = registry.SENSOR_AGGREGATION.name, 50, 1.0
 # The parts of durationMs shown in the table; the JSON keeps every part Spark reports.
 SHOWN_PARTS = ("triggerExecution", "addBatch", "queryPlanning", "latestOffset", "walCommit", "commitOffsets")
@@ -62,13 +63,18 @@ BENCH_OVERRIDES = (
 
 
 def driver_jvm() -> int:
-    """The JVM PySpark started for this process."""
-    table = process_table()
-    for pid in descendants(os.getpid()):
+    """The JVM PySpark started for this process (this process also started the broker's)."""
+    return spark_driver_jvm(process_table(), sorted(descendants(os.getpid())))
+
+
+def spark_driver_jvm(table: dict[int, Proc], pids: Sequence[int]) -> int:
+    """Of these processes, the Java one running Spark's launcher class (pyspark starts its JVM through
+    spark-submit); the private broker is a Java child of this process too."""
+    for pid in pids:
         proc = table.get(pid)
-        if proc and proc.argv and Path(proc.argv[0]).name == "java":
+        if proc and proc.argv and Path(proc.argv[0]).name == "java" and SPARK_DRIVER_CLASS in proc.argv:
             return pid
-    raise BenchmarkError("found no Java process under this one: did the Spark session start?")
+    raise BenchmarkError("found no Spark driver JVM under this process: did the Spark session start?")
 
 
 def jvm_tree_cpu(jvm: int) -> float:
