@@ -78,7 +78,7 @@ def test_cpu_seconds_counts_a_busy_child_and_nothing_for_a_gone_one() -> None:
 
 
 def test_the_cpu_is_read_from_the_spark_driver_not_the_private_brokers_jvm() -> None:
-    from stream_pipelines.devtools.benchmarks.batch_cost import spark_driver_jvm
+    from stream_pipelines.devtools.benchmarks.common import spark_driver_jvm
     from stream_pipelines.devtools.processes import Proc
 
     broker = Proc(
@@ -101,3 +101,4 @@ def test_the_cpu_is_read_from_the_spark_driver_not_the_private_brokers_jvm() -> 
     # Either order: the set of descendants has none.
     assert spark_driver_jvm(table, [10, 20, 30]) == 20
     assert spark_driver_jvm(table, [30, 20, 10]) == 20
+    assert spark_driver_jvm(table, [10, 30]) is None

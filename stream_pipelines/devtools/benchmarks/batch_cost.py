@@ -22,12 +22,10 @@ Python process, which is not counted. Results: a table on stdout and JSON in dat
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from stream_pipelines import registry
@@ -40,17 +38,17 @@ from stream_pipelines.devtools.benchmarks.common import (
     load_average,
     log,
     machine_info,
+    own_spark_jvm,
     positive_int,
     private_broker,
     run_and_report,
     stop_session,
 )
 from stream_pipelines.devtools.benchmarks.streaming import Batch, BrokerOffsets, LoadedApp, PacedProducer
-from stream_pipelines.devtools.processes import Proc, cpu_seconds, descendants, process_table
+from stream_pipelines.devtools.processes import cpu_seconds, descendants
 
 DEFAULT_OUT = PROJECT_ROOT / "data" / "bench" / "batch_cost.json"
 SIZES = (1, 50, 500, 5_000)
-SPARK_DRIVER_CLASS = "org.apache.spark.deploy.SparkSubmit"
 GOAL_APP, GOAL_SIZE, GOAL_BATCH_S = registry.SENSOR_AGGREGATION.name, 50, 1.0
 # The parts of durationMs shown in the table; the JSON keeps every part Spark reports.
 SHOWN_PARTS = ("triggerExecution", "addBatch", "queryPlanning", "latestOffset", "walCommit", "commitOffsets")
@@ -63,18 +61,10 @@ BENCH_OVERRIDES = (
 
 
 def driver_jvm() -> int:
-    """The JVM PySpark started for this process (this process also started the broker's)."""
-    return spark_driver_jvm(process_table(), sorted(descendants(os.getpid())))
-
-
-def spark_driver_jvm(table: dict[int, Proc], pids: Sequence[int]) -> int:
-    """Of these processes, the Java one running Spark's launcher class (pyspark starts its JVM through
-    spark-submit); the private broker is a Java child of this process too."""
-    for pid in pids:
-        proc = table.get(pid)
-        if proc and proc.argv and Path(proc.argv[0]).name == "java" and SPARK_DRIVER_CLASS in proc.argv:
-            return pid
-    raise BenchmarkError("found no Spark driver JVM under this process: did the Spark session start?")
+    jvm = own_spark_jvm()
+    if jvm is None:
+        raise BenchmarkError("found no Spark driver JVM under this process: did the Spark session start?")
+    return jvm
 
 
 def jvm_tree_cpu(jvm: int) -> float:

@@ -24,12 +24,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stream_pipelines.config import PipelineConfig, load_config
+from stream_pipelines.devtools.processes import Proc, descendants, process_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
 LOOPBACK = "127.0.0.1"
+SPARK_LAUNCHER_CLASS = "org.apache.spark.deploy.SparkSubmit"
 
 
 class BenchmarkError(RuntimeError):
@@ -226,6 +228,21 @@ def batch_progress(query: StreamingQuery) -> list[dict[str, Any]]:
             "raise spark.sql.streaming.numRecentProgressUpdates"
         )
     return progress
+
+
+def spark_driver_jvm(table: dict[int, Proc], pids: Sequence[int]) -> int | None:
+    """Of these processes, the Java one running Spark's launcher class (pyspark starts its JVM through
+    spark-submit); a benchmark's private broker is a Java child of its process too."""
+    for pid in pids:
+        proc = table.get(pid)
+        if proc and proc.argv and Path(proc.argv[0]).name == "java" and SPARK_LAUNCHER_CLASS in proc.argv:
+            return pid
+    return None
+
+
+def own_spark_jvm() -> int | None:
+    """The JVM PySpark started for this process, or None before the session."""
+    return spark_driver_jvm(process_table(), sorted(descendants(os.getpid())))
 
 
 # --------------------------------------------------------------------------- summaries

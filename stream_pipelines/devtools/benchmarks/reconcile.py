@@ -55,6 +55,7 @@ from stream_pipelines.devtools.benchmarks.common import (
     load_average,
     log,
     machine_info,
+    own_spark_jvm,
     positive_int,
     run_main,
     write_results,
@@ -837,14 +838,6 @@ class JvmMemory:
         }
 
 
-def jvm_pid(root: int) -> int | None:
-    """The JVM PySpark started for this process (spark-submit execs into java)."""
-    for pid in process_tree(root):
-        if pid != root and process_role(pid, root) == "jvm":
-            return pid
-    return None
-
-
 # =========================================================================== orchestration
 
 
@@ -976,7 +969,7 @@ def run_benchmark(args: argparse.Namespace, argv: Sequence[str], interrupts: Int
             seconds = time.perf_counter() - started
             sampler.set_phase(None)
             log(f"reconciled in {seconds:.1f}s: {result.status}")
-            java = jvm_pid(os.getpid())
+            java = own_spark_jvm()
             jvm_stats = {**jvm.since_reset(), "vm_hwm_bytes": high_water_mark(java) if java else None}
         finally:
             sampler.heap_probe = None
