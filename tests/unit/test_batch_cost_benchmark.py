@@ -19,7 +19,6 @@ def batch(query: str, trigger_ms: int, add_batch_ms: int) -> Batch:
         run=1,
         batch_id=0,
         started=0.0,
-        duration_s=trigger_ms / 1000,
         rows=50,
         backlog=0,
         seen_at=0.0,

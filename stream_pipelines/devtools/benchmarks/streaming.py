@@ -56,7 +56,7 @@ import sys
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -90,7 +90,6 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
     from stream_pipelines.devtools.generator import Record, ScenarioSpec
-    from stream_pipelines.runtime import StreamSink
 
 DEFAULT_OUT = PROJECT_ROOT / "data" / "bench" / "streaming.json"
 SENSOR_APP = "sensor_aggregation"
@@ -540,14 +539,18 @@ class Batch:
     run: int
     batch_id: int
     started: float  # epoch seconds
-    duration_s: float  # triggerExecution
+    # durationMs as Spark reports it: triggerExecution and its parts (addBatch, queryPlanning, ...)
+    durations: dict[str, int]
     rows: int  # from the source offsets
     backlog: int | None  # records behind the broker's latest when the batch was first seen
     seen_at: float
     # What the stateful operators really ran with, as evidence that a variant's settings took hold.
     state: tuple[str, ...] = ()
-    # durationMs as Spark reports it: addBatch, queryPlanning, latestOffset, walCommit, ...
-    durations: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def duration_s(self) -> float:
+        """The whole batch: triggerExecution."""
+        return self.durations["triggerExecution"] / 1000
 
 
 def state_operators(update: dict[str, Any]) -> tuple[str, ...]:
@@ -596,7 +599,7 @@ class LoadedApp:
         self._last_seen = {}
         self.queries = [
             start_sink(run_config, self.app, sink, "processing")
-            for sink in build_app_sinks(self.app)(self.spark, run_config)
+            for sink in registry.APPS[self.app].build_sinks(self.spark, run_config)
         ]
 
     def stop(self, grace_s: float = 0.0) -> None:
@@ -655,12 +658,11 @@ class LoadedApp:
                     run=self.run,
                     batch_id=int(update["batchId"]),
                     started=epoch_seconds(update["timestamp"]),
-                    duration_s=int(update["durationMs"]["triggerExecution"]) / 1000,
+                    durations={part: int(ms) for part, ms in update["durationMs"].items()},
                     rows=rows,
                     backlog=backlog,
                     seen_at=now,
                     state=state_operators(update),
-                    durations={part: int(ms) for part, ms in update["durationMs"].items()},
                 )
             )
 
@@ -713,10 +715,6 @@ class LoadedApp:
                 raise StepFailed(f"{', '.join(pending)} still ran a batch {timeout_s:.0f}s after the window")
             self.interrupts.check()
             time.sleep(POLL_S)
-
-
-def build_app_sinks(app: str) -> Callable[[SparkSession, PipelineConfig], list[StreamSink]]:
-    return registry.APPS[app].build_sinks
 
 
 # --------------------------------------------------------------------------- rate steps and the search
