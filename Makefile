@@ -7,7 +7,7 @@ export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(BIN)/python
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: help setup lock demo chaos test test-deps up down status standalone-start standalone-stop standalone-status test-fast lint format broker-start broker-stop broker-status bench-ingest bench-streaming bench-metrics bench-reconcile bench-startup bench-batch-cost clean
+.PHONY: help setup lock demo chaos test test-deps up down status standalone-start standalone-stop standalone-status test-fast lint format broker-start broker-stop broker-status bench-ingest bench-streaming bench-metrics bench-reconcile bench-startup bench-batch-cost bench-stack clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -70,7 +70,7 @@ standalone-status:
 bench-ingest: setup  ## ingest benchmark: Kafka->noop, ->parse, ->archive vs kafka-consumer-perf-test
 	$(BIN)/python -m stream_pipelines.devtools.benchmarks.ingest
 
-bench-streaming: setup  ## both apps: sustained rate, tuned vs naive, state rows vs watermark delay (BENCH_ARGS=--quick)
+bench-streaming: setup  ## both apps: sustained rate, tuned vs naive, state rows vs watermark delay (BENCH_ARGS=--quick, or --knee)
 	$(BIN)/python -m stream_pipelines.devtools.benchmarks.streaming $(BENCH_ARGS)
 
 bench-metrics: setup  ## sensor app throughput with the Prometheus exporter on and off, same run
@@ -81,6 +81,10 @@ bench-startup: setup  ## each app alone: spark-submit to first committed batch, 
 
 bench-batch-cost: setup  ## each app's queries: per-batch time (durationMs parts) and CPU at ~1, 50, 500 and 5,000 rows
 	$(BIN)/python -m stream_pipelines.devtools.benchmarks.batch_cost $(BENCH_ARGS)
+
+bench-stack: setup  ## the `make up` stack on a private data root: CPU per component, kill -9 to next batch under Airflow, freshness
+	-@infra/scripts/install_test_servers.sh
+	$(BIN)/python -m stream_pipelines.devtools.benchmarks.stack_cost $(BENCH_ARGS)
 
 bench-reconcile: setup  ## nightly reconciliation over one day of 10M generated raw events: rows/s, peak memory
 	$(BIN)/python -m stream_pipelines.devtools.benchmarks.reconcile $(BENCH_ARGS)

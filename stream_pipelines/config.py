@@ -306,9 +306,12 @@ class SupervisionSettings(_Section):
     """How Airflow keeps the streaming apps running."""
 
     spark_conn_id: str = "spark_pipeline"
-    # A crash is retried after retry_delay * backoff_multiplier^(n-1) (Airflow adds jitter), capped.
-    retry_delay: PositiveDuration = Duration(30)
-    backoff_multiplier: float = Field(2.0, ge=1.0)
+    # A crash is retried after retry_delay * backoff_multiplier^(n-1), n the restarts within the
+    # crash-loop window, plus up to as much again of jitter, capped. A first restart comes quickly (each
+    # second of it is data freshness lost); a loop backs off fast enough that the guard below trips only
+    # after 10-17 minutes of crashes, as long as a broker's rolling restart may take.
+    retry_delay: PositiveDuration = Duration(5)
+    backoff_multiplier: float = Field(3.0, ge=1.0)
     max_retry_delay: PositiveDuration = Duration(600)
     # The crash-loop guard: this many restarts within the window stop the restarts, loudly.
     max_restarts: int = Field(5, ge=1)

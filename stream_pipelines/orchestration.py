@@ -86,7 +86,10 @@ class SupervisorRetryPolicy(RetryPolicy):
             )
         except CrashLoopError as error:
             return RetryDecision.fail(reason=str(error))
-        base = settings.retry_delay.seconds * settings.backoff_multiplier ** max(try_number - 1, 0)
+        # Keyed on the restarts within the crash-loop window, not on the try number: a supervisor run
+        # lasts as long as the app streams, so its try number counts every crash since it began, and a
+        # crash after weeks of quiet would wait as long as the fifth of a crash loop.
+        base = settings.retry_delay.seconds * settings.backoff_multiplier ** max(restarts - 1, 0)
         # Full jitter on top of the base spreads restarts of several apps that failed together.
         delay = min(base * (1 + random.random()), settings.max_retry_delay.seconds)
         return RetryDecision.retry(

@@ -150,7 +150,7 @@ def _pid_file(config: PipelineConfig, name: str) -> Path:
     return stack_dir(config) / f"{name}.pid"
 
 
-def _recorded_pid(config: PipelineConfig, name: str) -> int | None:
+def recorded_pid(config: PipelineConfig, name: str) -> int | None:
     try:
         return int(_pid_file(config, name).read_text().strip())
     except (FileNotFoundError, ValueError):
@@ -170,7 +170,7 @@ def up(config: PipelineConfig) -> int:
         print(failure, file=sys.stderr)
         return 1
     for component in components(config):
-        pid = _recorded_pid(config, component.name)
+        pid = recorded_pid(config, component.name)
         if pid and _alive(pid):
             print(f"{component.name}: already running (pid {pid})")
             continue
@@ -201,7 +201,7 @@ def pipeline_page() -> str:
 
 
 def airflow_api_server_running(config: PipelineConfig) -> bool:
-    pid = _recorded_pid(config, "airflow-api-server")
+    pid = recorded_pid(config, "airflow-api-server")
     return bool(pid and _alive(pid))
 
 
@@ -308,10 +308,10 @@ def stop_components(config: PipelineConfig, names: list[str]) -> set[int]:
     the caller stops those too, once nothing would restart them.
     """
     started_below = set().union(
-        *(descendants(pid) for name in names if (pid := _recorded_pid(config, name)) and _alive(pid))
+        *(descendants(pid) for name in names if (pid := recorded_pid(config, name)) and _alive(pid))
     )
     for name in names:
-        pid = _recorded_pid(config, name)
+        pid = recorded_pid(config, name)
         if pid and _alive(pid):
             stop_process_group(pid)
             print(f"{name}: stopped (pid {pid})")
@@ -325,7 +325,7 @@ def status(config: PipelineConfig) -> int:
 
     print(LocalBroker(config).status().describe())
     for component in components(config):
-        pid = _recorded_pid(config, component.name)
+        pid = recorded_pid(config, component.name)
         state = f"running (pid {pid})" if pid and _alive(pid) else "stopped"
         print(f"{component.name}: {state}")
     for app in APP_NAMES:

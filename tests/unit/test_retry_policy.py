@@ -58,10 +58,19 @@ def test_a_crash_is_retried_after_a_jittered_backoff_and_counted_once(policy, tm
     assert store(tmp_path).restarts(APP).total == 1
 
 
-def test_the_backoff_grows_per_try_and_is_capped(policy):
-    third = policy.evaluate(crash(-9), try_number=3, max_tries=1000)
-    assert timedelta(seconds=40) <= third.retry_delay <= timedelta(seconds=60)
-    assert "killed by signal 9" in third.reason
+def test_the_backoff_grows_per_restart_within_the_window_and_is_capped(policy):
+    delays = [policy.evaluate(crash(-9), try_number=n, max_tries=1000).retry_delay for n in (1, 2, 3)]
+    assert timedelta(seconds=10) <= delays[0] <= timedelta(seconds=20)
+    assert timedelta(seconds=20) <= delays[1] <= timedelta(seconds=40)
+    assert timedelta(seconds=40) <= delays[2] <= timedelta(seconds=60)
+
+
+def test_a_crash_after_a_quiet_spell_waits_the_first_delay_whatever_the_try_number(policy):
+    # A supervisor run lasts as long as the app streams, days or months: its try number counts every
+    # crash since it began. With no restart within the crash-loop window, this one is a first restart.
+    decision = policy.evaluate(crash(-9), try_number=9, max_tries=1000)
+    assert timedelta(seconds=10) <= decision.retry_delay <= timedelta(seconds=20)
+    assert "killed by signal 9" in decision.reason
 
 
 def test_the_guard_stops_restarts_at_the_limit(policy, tmp_path):

@@ -30,7 +30,7 @@ def local_spark_conf(scratch: Path | None = None) -> list[str]:
     """--conf pairs for conf/local.yaml, in the order runtime.spark_conf lists them; an app's driver
     also has its scratch folder."""
     settings = [
-        "spark.sql.shuffle.partitions=4",
+        "spark.sql.shuffle.partitions=2",
         "spark.sql.streaming.stateStore.providerClass="
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled=true",

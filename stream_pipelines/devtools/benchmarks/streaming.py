@@ -29,6 +29,9 @@ lowest failing rate, until the bracket is within 15% or the per-search time budg
 (``--search-seconds``) runs out. After a failed step the queries restart from fresh checkpoints at
 the latest offsets, so the next step never inherits the failed step's backlog. The sustained rate is
 the highest passing input rate measured on the broker: a lower bound, good to the bracket.
+``--knee`` gives the tuned queries alone the budget to bracket it (up to 14 steps, 30 minutes per
+app): the table then names the knee (the highest passing rate and the failing rate above it), or says
+that the search stopped first and the figure is a lower bound, with the goal beside the sensor app's.
 ``maxOffsetsPerTrigger`` is lifted during these runs: in steady state it only binds when
 rate x trigger exceeds it, and then the benchmark would measure the cap, not the pipeline.
 
@@ -120,7 +123,8 @@ SEED_BASE = 1_000
 
 @dataclass(frozen=True)
 class Profile:
-    """How long each part runs: the full run (~10 min on 2 idle cores) or a quick smoke run."""
+    """How long each part runs: the full run (~10 min on 2 idle cores), a quick smoke run, or the knee
+    (the tuned queries only, with the budget to bracket the highest sustained rate)."""
 
     name: str
     measure_s: float  # per rate step, after settling
@@ -129,6 +133,8 @@ class Profile:
     state_batch_s: int  # event time per state batch (and per file)
     state_slides: int  # slides of steady state measured per delay
     trigger: str | None  # overrides the apps' triggers when set
+    naive: bool = True  # also search the naive variant
+    state: bool = True  # also replay state against watermark delay
 
 
 FULL = Profile(
@@ -137,7 +143,20 @@ FULL = Profile(
 QUICK = Profile(
     "quick", measure_s=10, search_s=25, max_steps=1, state_batch_s=150, state_slides=1, trigger="5 seconds"
 )
+KNEE = Profile(
+    "knee",
+    measure_s=30,
+    search_s=1800,
+    max_steps=14,
+    state_batch_s=60,
+    state_slides=2,
+    trigger=None,
+    naive=False,
+    state=False,
+)
 DEFAULT_START_RATES = {SENSOR_APP: 2_000.0, AD_APP: 1_000.0}
+# The efficiency issue's goal for the sensor app: a sustained input rate of at least this, 10 s trigger.
+GOAL_SUSTAINED = {SENSOR_APP: 20_000.0}
 
 
 # --------------------------------------------------------------------------- small helpers
@@ -1001,7 +1020,7 @@ def run_benchmark(args: argparse.Namespace, interrupts: Interrupts) -> dict[str,
     from stream_pipelines.runtime import get_spark
 
     load_before = load_average()
-    profile = QUICK if args.quick else FULL
+    profile = QUICK if args.quick else KNEE if args.knee else FULL
     profile = Profile(
         **{
             **asdict(profile),
@@ -1029,7 +1048,7 @@ def run_benchmark(args: argparse.Namespace, interrupts: Interrupts) -> dict[str,
             interrupts.check()
             spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "1000")
             state = None
-            if not args.skip_state:
+            if profile.state and not args.skip_state:
                 state = run_state_vs_delay(spark, config, profile, args.state_keys, interrupts)
             load_config = derive_config(
                 config, ["kafka.starting_offsets=latest", "kafka.max_offsets_per_trigger=null"]
@@ -1043,6 +1062,8 @@ def run_benchmark(args: argparse.Namespace, interrupts: Interrupts) -> dict[str,
                 start_rate = args.start_rate.get(app, DEFAULT_START_RATES[app])
                 tuned = search_sustained(spark, variants[TUNED], app, TUNED, start_rate, profile, interrupts)
                 searches[app][TUNED] = tuned
+                if not profile.naive:
+                    continue
                 # The naive variant starts where the tuned one ended, so both meet at that rate.
                 shared = tuned.sustained.input_rate if tuned.sustained else start_rate
                 searches[app][NAIVE] = search_sustained(
@@ -1056,7 +1077,9 @@ def run_benchmark(args: argparse.Namespace, interrupts: Interrupts) -> dict[str,
     return results
 
 
-def compare(searches: dict[str, Search]) -> dict[str, Any]:
+def compare(searches: dict[str, Search]) -> dict[str, Any] | None:
+    if NAIVE not in searches:
+        return None
     tuned, naive = searches[TUNED], searches[NAIVE]
     best, naive_best = tuned.sustained, naive.sustained
     comparison: dict[str, Any] = {"sustained_ratio": None, "sustained_ratio_is_lower_bound": False}
@@ -1087,10 +1110,51 @@ def compare(searches: dict[str, Search]) -> dict[str, Any]:
     return comparison
 
 
+def knee(search: Search) -> dict[str, Any]:
+    """The highest passing rate, and whether a failing rate above it brackets it (the knee) or the
+    search stopped first (a lower bound only)."""
+    best = search.sustained
+    above = [
+        step
+        for step in search.steps
+        if not step.passed and (best is None or step.input_rate > best.input_rate)
+    ]
+    failure = min(above, key=lambda step: step.input_rate, default=None)
+    return {
+        "rate": best.input_rate if best else None,
+        "p95_s": best.p95_s if best else None,
+        "load_generator_cores": best.load_generator_cores if best else None,
+        "fails_at": failure.input_rate if failure else None,
+        "bracketed": best is not None and failure is not None,
+        "bracket": failure.input_rate / best.input_rate - 1 if best and failure else None,
+        "goal": GOAL_SUSTAINED.get(search.app),
+    }
+
+
+def knee_line(app: str, search: dict[str, Any]) -> str:
+    found = search["knee"]
+    goal = f"   goal >= {found['goal']:,.0f}/s" if found["goal"] else ""
+    if found["rate"] is None:
+        failed = shown(found["fails_at"], ",.0f")
+        return f"{app}: no rate passed (lowest tried failed at {failed}/s){goal}"
+    load = shown(found["load_generator_cores"], ".2f", " cores")
+    if found["bracketed"]:
+        return (
+            f"{app} knee: sustains {found['rate']:,.0f}/s (p95 {shown(found['p95_s'], '.1f')}s), fails at "
+            f"{found['fails_at']:,.0f}/s, a bracket of {found['bracket']:.0%}; the load generator took {load}"
+            f"{goal}"
+        )
+    return (
+        f"{app}: at least {found['rate']:,.0f}/s; no higher rate failed within {search['seconds']:.0f}s, so "
+        f"this is a lower bound, not the knee{goal}"
+    )
+
+
 def search_summary(search: Search) -> dict[str, Any]:
     best, failure = search.sustained, search.lowest_failure
     return {
         "trigger_s": search.trigger_s,
+        "knee": knee(search),
         "sustained_rate": best.input_rate if best else None,
         "sustained_p95_s": best.p95_s if best else None,
         "lowest_failing_rate": failure.input_rate if failure else None,
@@ -1193,16 +1257,22 @@ def format_table(results: dict[str, Any]) -> str:
     throughput = results["throughput"]
     if throughput:
         variants = settings["variants"]
+        searched = [
+            variant for variant in (TUNED, NAIVE) if any(variant in entry for entry in throughput.values())
+        ]
         lines += [
             "",
-            "Sustained throughput (input records/s; p95 batch <= trigger, backlog not growing): tuned = "
-            f"{variants[TUNED]['shuffle_partitions']} shuffle partitions, {variants[TUNED]['state_store']}; "
-            f"naive = {variants[NAIVE]['shuffle_partitions']}, {variants[NAIVE]['state_store']}",
+            "Sustained throughput (input records/s; p95 batch <= trigger, backlog not growing): "
+            + "; ".join(
+                f"{variant} = {variants[variant]['shuffle_partitions']} shuffle partitions, "
+                f"{variants[variant]['state_store']}"
+                for variant in searched
+            ),
             f"{'app':<20}{'variant':<8}{'trigger':>8}{'sustained':>11}{'p95 s':>7}{'fails at':>10}"
             f"{'steps':>6}{'load after':>12}",
         ]
         for app, entry in throughput.items():
-            for variant in (TUNED, NAIVE):
+            for variant in searched:
                 search = entry[variant]
                 load_now = search["load_average_after"][0] if search["load_average_after"] else None
                 sustained = shown(search["sustained_rate"], ",.0f")
@@ -1214,7 +1284,10 @@ def format_table(results: dict[str, Any]) -> str:
                 )
         lines.append("")
         for app, entry in throughput.items():
+            lines.append(knee_line(app, entry[TUNED]))
             comparison = entry["comparison"]
+            if comparison is None:
+                continue
             bound = ">" if comparison["sustained_ratio_is_lower_bound"] else ""
             line = (
                 f"{app}: sustained tuned / naive = {bound}{shown(comparison['sustained_ratio'], '.2f', 'x')}"
@@ -1275,8 +1348,10 @@ def plot(results: dict[str, Any], path: Path) -> Path:
     throughput = results["throughput"]
     if throughput:
         apps = list(throughput)
-        width = 0.38
-        for offset, variant in ((-width / 2, TUNED), (width / 2, NAIVE)):
+        searched = [variant for variant in (TUNED, NAIVE) if all(variant in throughput[app] for app in apps)]
+        width = 0.76 / len(searched)
+        for index, variant in enumerate(searched):
+            offset = (index - (len(searched) - 1) / 2) * width
             heights = [throughput[app][variant]["sustained_rate"] or 0 for app in apps]
             bars = right.bar([i + offset for i in range(len(apps))], heights, width, label=variant)
             for bar, app in zip(bars, apps, strict=True):
@@ -1290,7 +1365,7 @@ def plot(results: dict[str, Any], path: Path) -> Path:
                 right.annotate(
                     label, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom"
                 )
-        entries = [throughput[app][variant] for app in apps for variant in (TUNED, NAIVE)]
+        entries = [throughput[app][variant] for app in apps for variant in searched]
         highest = max(entry["sustained_rate"] or entry["lowest_failing_rate"] or 0 for entry in entries)
         # Headroom for the labels; a chart of nothing but "< x" bars is scaled to the x.
         right.set_ylim(0, max(highest, 1.0) * 1.15)
@@ -1322,10 +1397,17 @@ def build_parser() -> argparse.ArgumentParser:
     from stream_pipelines.config import add_config_arguments
 
     parser = benchmark_parser("stream_pipelines.devtools.benchmarks.streaming", __doc__)
-    parser.add_argument(
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
         "--quick",
         action="store_true",
         help="a smoke run of a few minutes: 5 s triggers, one rate step per variant, coarse state batches",
+    )
+    mode.add_argument(
+        "--knee",
+        action="store_true",
+        help="find each app's knee: the tuned queries only, up to 14 rate steps within 30 min per app, "
+        "no naive variant and no state replay",
     )
     parser.add_argument(
         "--apps", nargs="+", choices=APPS, default=list(APPS), help="apps to load (default: both)"
