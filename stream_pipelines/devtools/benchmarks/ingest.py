@@ -59,6 +59,8 @@ DEFAULT_EVENTS = 1_000_000
 DEFAULT_REPEATS = 3
 PARTITIONS = 3
 CEILING = "ceiling"
+# The efficiency issue's goal: the raw archive at least this share of Spark's own source-to-noop rate.
+GOAL_ARCHIVE_TO_NOOP = 0.8
 SPARK_PATHS = ("noop", "parse", "archive")
 LABELS = {
     CEILING: "kafka-consumer-perf-test (ceiling)",
@@ -383,6 +385,8 @@ def build_results(
         paths[path]["ratio_to_ceiling"] = paths[path]["rows_per_s"]["median"] / ceiling
     return {
         "benchmark": "ingest",
+        "archive_to_noop": archive_to_noop(paths),
+        "goal": {"archive_to_noop": GOAL_ARCHIVE_TO_NOOP},
         "machine": machine_info(),
         "settings": {
             "events": args.events,
@@ -411,6 +415,13 @@ def build_results(
     }
 
 
+def archive_to_noop(paths: dict[str, Any]) -> float | None:
+    """The raw archive's median rows/s over Spark's source-to-noop median, both from the same run."""
+    if "archive" not in paths or "noop" not in paths:
+        return None
+    return paths["archive"]["rows_per_s"]["median"] / paths["noop"]["rows_per_s"]["median"]
+
+
 def format_table(results: dict[str, Any]) -> str:
     settings, machine, dataset = results["settings"], results["machine"], results["dataset"]
     paths = results["paths"]
@@ -435,6 +446,12 @@ def format_table(results: dict[str, Any]) -> str:
             f"{entry['wall_seconds']['median']:>8.1f}"
         )
     joined = paths[CEILING]["including_group_join"]
+    ratio = results.get("archive_to_noop")
+    if ratio is not None:
+        lines.append(
+            f"{'raw archive / Spark source to noop':<37}{ratio:>14.2f}"
+            f"{'goal >= ' + format(results['goal']['archive_to_noop'], 'g'):>24}"
+        )
     lines += [
         "",
         f"ceiling = fetch.nMsg.sec; counting the consumer-group join (median "
