@@ -471,6 +471,16 @@ def _join(base: str, value: str) -> str:
 # --------------------------------------------------------------------------- loading
 
 
+def override_variables(overrides: Iterable[str]) -> dict[str, str]:
+    """``section.key=value`` overrides as the ``PIPELINE__SECTION__KEY`` variables ``load_config`` reads:
+    how a process started by another (an Airflow task, a stack component) gets the same settings."""
+    variables = {}
+    for item in overrides:
+        key, _, value = item.partition("=")
+        variables[OVERRIDE_PREFIX + key.strip().replace(".", "__").upper()] = value
+    return variables
+
+
 def load_config(
     env: str | None = None,
     overrides: Iterable[str] = (),

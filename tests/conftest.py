@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from stream_pipelines.config import PipelineConfig, load_config
+from stream_pipelines.config import PipelineConfig, load_config, override_variables
 from stream_pipelines.devtools.processes import free_port
 
 
@@ -297,11 +297,7 @@ def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 def pipeline_environment(overrides: list[str]) -> dict[str, str]:
     """--set overrides as PIPELINE__ environment variables, the way a deployment configures Airflow."""
-    environment = {}
-    for item in overrides:
-        key, _, value = item.partition("=")
-        environment["PIPELINE__" + key.replace(".", "__").upper()] = value
-    return environment
+    return override_variables(overrides)
 
 
 def start_dag_test(

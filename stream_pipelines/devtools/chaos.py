@@ -50,7 +50,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from stream_pipelines.config import PROJECT_ROOT, PipelineConfig, load_config
+from stream_pipelines.config import PROJECT_ROOT, PipelineConfig, load_config, override_variables
 from stream_pipelines.devtools.processes import (
     Proc,
     alive,
@@ -258,9 +258,7 @@ class Stack:
                 "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
             }
         )
-        for item in self.overrides:
-            key, _, value = item.partition("=")
-            environment["PIPELINE__" + key.replace(".", "__").upper()] = value
+        environment.update(override_variables(self.overrides))
         return environment
 
     def airflow_home(self) -> Path:

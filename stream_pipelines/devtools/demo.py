@@ -28,7 +28,7 @@ from pathlib import Path
 
 from stream_pipelines import registry
 from stream_pipelines.checkpoint.format import batch_ids, kafka_offsets, read_offsets
-from stream_pipelines.config import PROJECT_ROOT, PipelineConfig, load_config
+from stream_pipelines.config import PROJECT_ROOT, PipelineConfig, load_config, override_variables
 from stream_pipelines.devtools.stack import migrate_airflow_db
 from stream_pipelines.registry import APP_NAMES, APPS
 
@@ -164,9 +164,7 @@ def _airflow_environment(overrides: Sequence[str]) -> dict[str, str]:
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
-    for item in overrides:
-        key, _, value = item.partition("=")
-        environment["PIPELINE__" + key.replace(".", "__").upper()] = value
+    environment.update(override_variables(overrides))
     return environment
 
 

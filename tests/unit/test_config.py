@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from stream_pipelines.config import DEFAULT_CONF_DIR, ConfigError, Duration, load_config
+from stream_pipelines.config import DEFAULT_CONF_DIR, ConfigError, Duration, load_config, override_variables
 
 
 def error_for(
@@ -149,3 +149,10 @@ def test_the_file_layer_reaches_s3_where_sparks_s3a_settings_point():
     assert s3_options({f"{s3a}.endpoint": "s3.eu-west-1.amazonaws.com"})["endpoint_url"] == (
         "https://s3.eu-west-1.amazonaws.com"
     )
+
+
+def test_overrides_handed_on_as_environment_variables_give_the_same_config():
+    overrides = ["sensors.watermark=10 minutes", "spark.shuffle_partitions=3", "broker.port=19092"]
+    variables = override_variables(overrides)
+    assert variables["PIPELINE__SENSORS__WATERMARK"] == "10 minutes"
+    assert load_config("local", environ=variables) == load_config("local", overrides, environ={})

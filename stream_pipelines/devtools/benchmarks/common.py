@@ -51,6 +51,19 @@ def free_ports(count: int) -> list[int]:
         return [probe.getsockname()[1] for probe in probes]
 
 
+def private_overrides(data_root: Path) -> list[str]:
+    """Overrides that aim a run at its own data root and a local broker on free loopback ports, so
+    nothing it starts can touch a shared broker or the user's data."""
+    port, controller = free_ports(2)
+    return [
+        f"paths.data_root={data_root}",
+        "broker.manage_local=true",
+        f"broker.port={port}",
+        f"broker.controller_port={controller}",
+        f"kafka.bootstrap_servers={LOOPBACK}:{port}",
+    ]
+
+
 @contextmanager
 def private_broker(
     env: str | None = None,
@@ -71,16 +84,11 @@ def private_broker(
     data_root = Path(tempfile.mkdtemp(prefix=prefix))
     broker: LocalBroker | None = None
     try:
-        port, controller = free_ports(2)
         config = load_config(
             env,
             [
                 *overrides,
-                f"paths.data_root={data_root}",
-                "broker.manage_local=true",
-                f"broker.port={port}",
-                f"broker.controller_port={controller}",
-                f"kafka.bootstrap_servers={LOOPBACK}:{port}",
+                *private_overrides(data_root),
                 # The env's client properties (SASL, TLS) are for its own cluster, not this plaintext broker.
                 "kafka.client_properties={}",
             ],

@@ -55,6 +55,7 @@ from stream_pipelines.config import (
     PROJECT_ROOT,
     PipelineConfig,
     load_config,
+    override_variables,
 )
 from stream_pipelines.devtools.benchmarks.common import (
     LOOPBACK,
@@ -62,12 +63,12 @@ from stream_pipelines.devtools.benchmarks.common import (
     Interrupts,
     add_results_argument,
     benchmark_parser,
-    free_ports,
     load_average,
     log,
     machine_info,
     positive_float,
     positive_int,
+    private_overrides,
     run_and_report,
     signals_ignored,
     spark_driver_jvm,
@@ -264,9 +265,7 @@ def environment_overrides(env: str | None, conf_dir: str | None, overrides: Sequ
         for key, value in zip(ours, (env, conf_dir), strict=True):
             if value is not None:
                 os.environ[key] = value
-        for item in overrides:
-            key, _, value = item.partition("=")
-            os.environ[OVERRIDE_PREFIX + key.replace(".", "__").upper()] = value
+        os.environ.update(override_variables(overrides))
         yield
     finally:
         for key in [key for key in os.environ if key.startswith(OVERRIDE_PREFIX) or key in ours]:
@@ -281,15 +280,7 @@ def private_stack(
     from stream_pipelines.devtools import stack
 
     data_root = Path(tempfile.mkdtemp(prefix="bench_stack-"))
-    port, controller = free_ports(2)
-    private = [
-        *overrides,
-        f"paths.data_root={data_root}",
-        "broker.manage_local=true",
-        f"broker.port={port}",
-        f"broker.controller_port={controller}",
-        f"kafka.bootstrap_servers={LOOPBACK}:{port}",
-    ]
+    private = [*overrides, *private_overrides(data_root)]
     config: PipelineConfig | None = None
     try:
         with environment_overrides(env, conf_dir, private):
