@@ -477,9 +477,11 @@ def run_benchmark(args: argparse.Namespace, interrupts: Interrupts) -> dict[str,
             )
             log(f"measuring the stack's CPU for {args.measure_seconds:g}s")
             idle = measure_idle(config, args.measure_seconds, interrupts, checks)
-            watcher.poll()
         finally:
             watcher.stop()
+        # The last look once the thread has stopped: two polls at once would read the same log entries.
+        watcher.poll()
+        watcher.check()
         sensors = config.sensors
         freshness = freshness_summary(
             watcher.visible_at,
