@@ -122,6 +122,20 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _property_text(value: object) -> object:
+    """A Spark or Kafka property as its own settings spell it: YAML reads `false` and `500` as a bool
+    and an int, which Spark and Kafka want as the strings "false" and "500"."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int | float):
+        return str(value)
+    return value
+
+
+# Spark and Kafka property values: strings, whatever YAML made of them.
+PropertyValue = Annotated[str, BeforeValidator(_property_text)]
+
+
 class SparkSettings(_Section):
     master: str = "local[2]"
     deploy_mode: Literal["client", "cluster"] = "client"
@@ -131,7 +145,7 @@ class SparkSettings(_Section):
     ui_enabled: bool = False
     driver_memory: str = "1g"
     # Anything else Spark accepts, passed through verbatim (e.g. spark.jars.packages on a cluster).
-    extra_conf: dict[str, str] = Field(default_factory=dict)
+    extra_conf: dict[str, PropertyValue] = Field(default_factory=dict)
 
 
 class TopicSettings(_Section):
@@ -181,7 +195,7 @@ class KafkaSettings(_Section):
     fail_on_data_loss: bool = True
     # Client properties passed to Spark as kafka.<name> and to the producer/admin clients as <name>:
     # security.protocol, sasl.mechanism, sasl.jaas.config, ssl.truststore.location, ...
-    client_properties: dict[str, str] = Field(default_factory=dict)
+    client_properties: dict[str, PropertyValue] = Field(default_factory=dict)
     topics: Topics = Topics()
 
 

@@ -125,6 +125,35 @@ def test_spark_and_kafka_property_names_keep_their_dots():
     assert config.kafka.client_properties["security.protocol"] == "SSL"
 
 
+def test_spark_and_kafka_property_values_are_strings_however_yaml_reads_them(tmp_path):
+    # `false` and `500` are YAML's bool and int; Spark and Kafka properties are strings, written as
+    # their own settings spell them.
+    config = load_config(
+        "local",
+        ["spark.extra_conf.spark.sql.codegen.wholeStage=false", "kafka.client_properties.max.poll.records=500"],
+        environ={},
+    )
+    assert config.spark.extra_conf["spark.sql.codegen.wholeStage"] == "false"
+    assert config.kafka.client_properties["max.poll.records"] == "500"
+    conf_dir = tmp_path / "conf"  # relative paths resolve against its parent, as against the project
+    shutil.copytree(DEFAULT_CONF_DIR, conf_dir)
+    local = (conf_dir / "local.yaml").read_text()
+    assert "  ui_enabled: false\n" in local
+    (conf_dir / "local.yaml").write_text(
+        local.replace(
+            "  ui_enabled: false\n",
+            "  ui_enabled: false\n  extra_conf: {spark.sql.codegen.wholeStage: true, spark.ratio: 0.5}\n",
+        )
+    )
+    from_file = load_config("local", environ={}, conf_dir=conf_dir)
+    assert from_file.spark.extra_conf == {"spark.sql.codegen.wholeStage": "true", "spark.ratio": "0.5"}
+
+
+def test_a_property_value_that_is_a_section_is_refused_by_name():
+    message = error_for("spark.extra_conf={spark.sql.codegen: {wholeStage: false}}")
+    assert "spark.extra_conf.spark.sql.codegen" in message
+
+
 def test_s3_credentials_in_the_config_are_refused_they_come_from_the_environment():
     message = error_for("spark.extra_conf.spark.hadoop.fs.s3a.secret.key=hunter2")
     assert "spark.hadoop.fs.s3a.secret.key: credentials come only from the environment" in message
