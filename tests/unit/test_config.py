@@ -130,7 +130,10 @@ def test_spark_and_kafka_property_values_are_strings_however_yaml_reads_them(tmp
     # their own settings spell them.
     config = load_config(
         "local",
-        ["spark.extra_conf.spark.sql.codegen.wholeStage=false", "kafka.client_properties.max.poll.records=500"],
+        [
+            "spark.extra_conf.spark.sql.codegen.wholeStage=false",
+            "kafka.client_properties.max.poll.records=500",
+        ],
         environ={},
     )
     assert config.spark.extra_conf["spark.sql.codegen.wholeStage"] == "false"
