@@ -1,6 +1,7 @@
 """pipelinectl: the front door for what people do by hand.
 
-    pipelinectl setup-jvm                      resolve the pinned JVM artifacts once (make setup does it)
+    pipelinectl setup-jvm                      resolve the pinned JVM artifacts and build the drivers'
+                                               class archive once (make setup does it)
     pipelinectl setup-web-assets               fetch the files Data Docs load, once (make setup does it)
     pipelinectl broker start|stop|status       the local single-node KRaft broker (+ topics on start)
     pipelinectl topics                         create the configured topics (idempotent) on any cluster
@@ -67,7 +68,11 @@ def _build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(handler=handler)
         return sub
 
-    command("setup-jvm", _setup_jvm, "check Java 17+ and resolve the pinned JVM artifacts into .cache/jvm")
+    command(
+        "setup-jvm",
+        _setup_jvm,
+        "check Java 17+, resolve the pinned JVM artifacts into .cache/jvm, build the drivers' class archive",
+    )
     command(
         "setup-web-assets",
         _setup_web_assets,
@@ -154,15 +159,18 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _setup_jvm(config: PipelineConfig, args: argparse.Namespace) -> int:
-    from stream_pipelines import jvm
+    from stream_pipelines import class_archive, jvm
 
     try:
         print(f"java {jvm.check_java()} at {jvm.java_executable()}")
         for bundle in jvm.BUNDLES:
             folder = jvm.resolve(bundle)
             print(f"{bundle}: {len(jvm.jars(bundle))} jars in {folder}")
-    except jvm.JvmSetupError as error:
+        # Progress goes to stderr: `make setup` keeps this command's stdout quiet, not a minute's wait.
+        archive = class_archive.ensure(config, say=lambda line: print(line, file=sys.stderr))
+    except (jvm.JvmSetupError, class_archive.ClassArchiveError) as error:
         raise UserFacingError(str(error)) from None
+    print(f"class archive: {archive}" if archive else "class archive: off (spark.class_archive)")
     return 0
 
 

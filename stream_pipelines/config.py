@@ -144,6 +144,8 @@ class SparkSettings(_Section):
     changelog_checkpointing: bool = True
     ui_enabled: bool = False
     driver_memory: str = "1g"
+    # Map the driver JVM's class-data archive, which `make setup` builds (stream_pipelines/class_archive.py).
+    class_archive: bool = True
     # Anything else Spark accepts, passed through verbatim (e.g. spark.jars.packages on a cluster).
     extra_conf: dict[str, PropertyValue] = Field(default_factory=dict)
 

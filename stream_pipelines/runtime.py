@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from stream_pipelines import jvm, registry
+from stream_pipelines import class_archive, jvm, registry
 from stream_pipelines.checkpoint.format import STATE_STORE_PROVIDERS
 from stream_pipelines.config import PipelineConfig, TopicSettings
 from stream_pipelines.parsing import RAW_SCHEMA
@@ -66,10 +66,18 @@ def spark_conf(config: PipelineConfig, app: str | None = None) -> dict[str, str]
     scratch = scratch_conf(config, app) if app is not None else {}
     conf.update(scratch)
     conf.update(settings.extra_conf)
-    theirs = settings.extra_conf.get(DRIVER_JAVA_OPTIONS)
-    if DRIVER_JAVA_OPTIONS in scratch and theirs:
-        # Theirs after ours: the deployment's other options stay, and a temp folder of its own wins.
-        conf[DRIVER_JAVA_OPTIONS] = f"{scratch[DRIVER_JAVA_OPTIONS]} {theirs}"
+    # Theirs after ours: the deployment's other options stay, and a temp folder of its own wins.
+    java_options = [
+        option
+        for option in (
+            scratch.get(DRIVER_JAVA_OPTIONS),
+            class_archive.driver_java_option(config),
+            settings.extra_conf.get(DRIVER_JAVA_OPTIONS),
+        )
+        if option
+    ]
+    if java_options:
+        conf[DRIVER_JAVA_OPTIONS] = " ".join(java_options)
     return conf
 
 

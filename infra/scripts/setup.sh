@@ -37,4 +37,4 @@ fi
 
 .venv/bin/pipelinectl setup-jvm >/dev/null
 .venv/bin/pipelinectl setup-web-assets >/dev/null
-echo "setup: ready (.venv, JVM artifacts in .cache/jvm, Data Docs assets in .cache/web)"
+echo "setup: ready (.venv, JVM artifacts and the drivers' class archive in .cache/jvm, Data Docs assets in .cache/web)"

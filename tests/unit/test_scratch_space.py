@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from stream_pipelines import jvm
+from stream_pipelines import class_archive, jvm
 from stream_pipelines.config import PROJECT_ROOT, PipelineConfig, load_config
 from stream_pipelines.runtime import Cleared, clear_scratch, driver_started_at, spark_conf
 
@@ -51,10 +51,10 @@ def test_an_apps_driver_keeps_spark_local_dirs_and_the_jvm_temp_folder_in_its_sc
     conf = spark_conf(settings, "sensor_aggregation")
 
     assert conf["spark.local.dir"] == folder
-    assert conf["spark.driver.extraJavaOptions"] == f"-Djava.io.tmpdir={folder}"
+    assert conf["spark.driver.extraJavaOptions"].split(" ")[0] == f"-Djava.io.tmpdir={folder}"
     # Other drivers (the nightly job, the tests' shared session) keep Spark's defaults.
     assert "spark.local.dir" not in spark_conf(settings)
-    assert "spark.driver.extraJavaOptions" not in spark_conf(settings)
+    assert "java.io.tmpdir" not in spark_conf(settings).get("spark.driver.extraJavaOptions", "")
 
 
 def test_a_deployments_own_java_options_are_kept_after_the_scratch_folder(tmp_path: Path):
@@ -65,7 +65,8 @@ def test_a_deployments_own_java_options_are_kept_after_the_scratch_folder(tmp_pa
 
     options = spark_conf(settings, "raw_archive")["spark.driver.extraJavaOptions"]
 
-    assert options == f'"-Djava.io.tmpdir={tmp_path}/with blank/scratch/raw_archive" -XX:+UseG1GC'
+    archive = f"-XX:SharedArchiveFile={class_archive.archive_path()}"
+    assert options == f'"-Djava.io.tmpdir={tmp_path}/with blank/scratch/raw_archive" {archive} -XX:+UseG1GC'
 
 
 def aged(path: Path, at: float) -> Path:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from stream_pipelines import jvm, submit
+from stream_pipelines import class_archive, jvm, submit
 from stream_pipelines.config import PROJECT_ROOT, PipelineConfig, load_config
 
 SPARK_SUBMIT = "/opt/spark/bin/spark-submit"
@@ -45,11 +45,15 @@ def local_spark_conf(scratch: Path | None = None) -> list[str]:
         f"spark.pyspark.driver.python={sys.executable}",
         "spark.jars=/jars/spark-sql-kafka.jar,/jars/kafka-clients.jar",
     ]
+    # Every driver on this machine maps the class archive `make setup` builds; an app's has its scratch.
+    archive = f"-XX:SharedArchiveFile={class_archive.archive_path()}"
     if scratch is not None:
         settings += [
             f"spark.local.dir={scratch}",
-            f"spark.driver.extraJavaOptions=-Djava.io.tmpdir={scratch}",
+            f"spark.driver.extraJavaOptions=-Djava.io.tmpdir={scratch} {archive}",
         ]
+    else:
+        settings.append(f"spark.driver.extraJavaOptions={archive}")
     return [argument for setting in settings for argument in ("--conf", setting)]
 
 
