@@ -20,7 +20,6 @@ import os
 import subprocess
 import tempfile
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from stream_pipelines import jvm
@@ -104,14 +103,7 @@ def build(config: PipelineConfig, say: Callable[[str], None] = print) -> Path:
     with tempfile.TemporaryDirectory(prefix="class-archive-", dir=target.parent) as scratch:
         folder = Path(scratch)
         replay, written = folder / "replay", folder / ARCHIVE_NAME
-        spec = generator.ScenarioSpec(
-            seed=5,
-            start=datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=2),
-            duration_s=120,
-            sensor_rate=10,
-            ad_rate=5,
-            match_interval_s=config.ads.match_interval.seconds,
-        )
+        spec = generator.recent_scenario(seed=5, match_interval_s=config.ads.match_interval.seconds)
         generator.write_jsonl(generator.generate(spec), replay)
         overrides = training_overrides(folder / "data", replay, written)
         training = load_config(config.env, overrides, conf_dir=config.conf_dir)

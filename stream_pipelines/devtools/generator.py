@@ -818,6 +818,19 @@ class _ScenarioRun:
         }
 
 
+def recent_scenario(seed: int, match_interval_s: float, duration_s: float = 120.0) -> ScenarioSpec:
+    """``duration_s`` of events ending now, 10 sensor readings and 5 impressions a second: enough that
+    a streaming app's first batch carries every kind of row, few enough to produce in seconds."""
+    return ScenarioSpec(
+        seed=seed,
+        start=datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=duration_s),
+        duration_s=duration_s,
+        sensor_rate=10,
+        ad_rate=5,
+        match_interval_s=match_interval_s,
+    )
+
+
 def generate_chunks(spec: ScenarioSpec, chunk_seconds: float = 60.0) -> Iterator[list[Record]]:
     """Yield the scenario's records in delivery order, cut into chunks of ``chunk_seconds`` of
     delivery time. Memory stays bounded by the records in flight rather than the whole scenario,

@@ -28,7 +28,6 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -178,14 +177,7 @@ def produce_events(config: PipelineConfig) -> int:
     """Two minutes of generated events ending now, in every input topic."""
     from stream_pipelines.devtools import generator
 
-    spec = generator.ScenarioSpec(
-        seed=11,
-        start=datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=2),
-        duration_s=120,
-        sensor_rate=10,
-        ad_rate=5,
-        match_interval_s=config.ads.match_interval.seconds,
-    )
+    spec = generator.recent_scenario(seed=11, match_interval_s=config.ads.match_interval.seconds)
     return generator.produce_to_kafka(generator.generate(spec), config.kafka.bootstrap_servers)
 
 
