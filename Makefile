@@ -68,7 +68,7 @@ standalone-status:
 	$(BIN)/python -m stream_pipelines.devtools.standalone status
 
 bench-ingest: setup  ## ingest benchmark: Kafka->noop, ->parse, ->archive vs kafka-consumer-perf-test
-	$(BIN)/python -m stream_pipelines.devtools.benchmarks.ingest
+	$(BIN)/python -m stream_pipelines.devtools.benchmarks.ingest $(BENCH_ARGS)
 
 bench-streaming: setup  ## both apps: sustained rate, tuned vs naive, state rows vs watermark delay (BENCH_ARGS=--quick, or --knee)
 	$(BIN)/python -m stream_pipelines.devtools.benchmarks.streaming $(BENCH_ARGS)
