@@ -60,8 +60,7 @@ def archive_digest() -> str:
 
 def java_build() -> str:
     """What ``java -version`` says: the archive is only valid for the JVM build that wrote it."""
-    java = subprocess.run([jvm.java_executable(), "-version"], capture_output=True, text=True, check=False)
-    return java.stderr + java.stdout
+    return jvm.java_version_text()
 
 
 def is_current() -> bool:
@@ -74,9 +73,7 @@ def driver_java_option(config: PipelineConfig) -> str | None:
     archive is off or the driver runs elsewhere (cluster deploy mode)."""
     if not config.spark.class_archive or config.spark.deploy_mode != "client":
         return None
-    option = f"-XX:SharedArchiveFile={archive_path()}"
-    # spark-submit splits the options at blanks unless quoted.
-    return f'"{option}"' if any(character.isspace() for character in option) else option
+    return jvm.java_option(f"-XX:SharedArchiveFile={archive_path()}")
 
 
 def training_overrides(data_root: Path, replay: Path, archive: Path) -> list[str]:

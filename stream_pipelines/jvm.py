@@ -7,6 +7,7 @@ descriptor's hash makes ``resolve`` a no-op when nothing changed, and lets apps 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -45,13 +46,24 @@ def java_executable() -> str:
     return found
 
 
+@functools.cache
+def java_version_text() -> str:
+    """What ``java -version`` prints; asked once per process (setup needs it twice)."""
+    result = subprocess.run([java_executable(), "-version"], capture_output=True, text=True, check=False)
+    return result.stderr + result.stdout
+
+
+def java_option(option: str) -> str:
+    """One JVM option as extraJavaOptions takes it: spark-submit splits them at blanks unless quoted."""
+    return f'"{option}"' if any(character.isspace() for character in option) else option
+
+
 def java_major_version() -> int:
-    java = java_executable()
-    result = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
-    match = re.search(r'version "(\d+)(?:\.(\d+))?', result.stderr + result.stdout)
+    text = java_version_text()
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', text)
     if not match:
         raise JvmSetupError(
-            f"could not read the Java version from `{java} -version`: {result.stderr.strip()}"
+            f"could not read the Java version from `{java_executable()} -version`: {text.strip()}"
         )
     major = int(match.group(1))
     return int(match.group(2)) if major == 1 and match.group(2) else major

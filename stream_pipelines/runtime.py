@@ -93,12 +93,7 @@ def scratch_conf(config: PipelineConfig, app: str) -> dict[str, str]:
     folder = config.scratch_dir(app)
     if folder is None:
         return {}
-    tmpdir = f"-Djava.io.tmpdir={folder}"
-    return {
-        "spark.local.dir": folder,
-        # spark-submit splits the options at blanks unless quoted.
-        DRIVER_JAVA_OPTIONS: f'"{tmpdir}"' if any(c.isspace() for c in folder) else tmpdir,
-    }
+    return {"spark.local.dir": folder, DRIVER_JAVA_OPTIONS: jvm.java_option(f"-Djava.io.tmpdir={folder}")}
 
 
 @dataclass(frozen=True)
