@@ -102,6 +102,16 @@ def cpu_seconds(pids: set[int]) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def age_seconds(pid: int) -> float | None:
+    """How long the process has run, from /proc; None once it is gone."""
+    fields = _stat_fields(pid)
+    if len(fields) <= 19:
+        return None
+    # starttime: field 22 of /proc/<pid>/stat, 19 after the name, in clock ticks since boot.
+    started_s = int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    return float(Path("/proc/uptime").read_text().split()[0]) - started_s
+
+
 def parent_pid(pid: int) -> int | None:
     """The parent of a live process, from /proc; None once it is gone."""
     fields = _stat_fields(pid)

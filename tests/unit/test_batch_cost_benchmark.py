@@ -10,7 +10,7 @@ import time
 
 from stream_pipelines.devtools.benchmarks.batch_cost import format_table, median_parts
 from stream_pipelines.devtools.benchmarks.streaming import Batch
-from stream_pipelines.devtools.processes import cpu_seconds
+from stream_pipelines.devtools.processes import age_seconds, cpu_seconds
 
 
 def batch(query: str, trigger_ms: int, add_batch_ms: int) -> Batch:
@@ -42,10 +42,11 @@ def results(app_batch_s: float) -> dict:
             }
         },
         "app_batch_s": app_batch_s,
+        "jvm_age_s": 150.0,
         "cpu_s_per_batch": 4.4,
         "cores": 0.44,
     }
-    other = {**size, "size": 500}
+    other = {**size, "size": 500, "jvm_age_s": 750.0}
     return {
         "batches": 4,
         "warmup": 2,
@@ -61,6 +62,23 @@ def test_the_table_shows_each_query_and_the_goal_beside_the_50_row_sensor_batch_
     assert len(goal_lines) == 1 and "~50 rows" in goal_lines[0] and "2.61" in goal_lines[0]
     assert "  sensor_aggregation.tumbling" in table
     assert "4.40   = 0.44 cores at a 10s trigger" in table
+
+
+def test_each_size_says_how_long_the_jvm_had_run_when_it_was_measured() -> None:
+    cpu_lines = [line for line in format_table(results(2.61)).splitlines() if "CPU per batch" in line]
+    assert [line.split("trigger, ")[-1] for line in cpu_lines] == ["JVM up 2.5 min", "JVM up 12.5 min"]
+
+
+def test_a_process_age_is_read_from_proc_and_none_once_it_is_gone() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        time.sleep(1.2)
+        age = age_seconds(child.pid)
+    finally:
+        child.kill()
+        child.wait(timeout=10)
+    assert age is not None and 1.0 <= age < 30.0
+    assert age_seconds(child.pid) is None
 
 
 def test_cpu_seconds_counts_a_busy_child_and_nothing_for_a_gone_one() -> None:

@@ -13,6 +13,11 @@ batches per query are measured:
               /proc, over the measured window, divided by the batches each query ran), and the cores
               that works out to at that trigger.
 
+Each size's figures say how long the driver JVM had run when they were taken: the same batch costs
+less the longer it runs, because the driver's per-batch code (planning three queries, scheduling,
+committing state) runs a few times a trigger and the JIT compiles it over many minutes. A size given
+more than once (``--sizes 50 50 50 50``) measures that curve.
+
 The slowest query's median triggerExecution is the app's batch time: its queries run side by side
 on the same trigger, so a batch of the app is done when its slowest query is. The goal beside the
 sensor app's ~50-row figure is the efficiency issue's: at most 1 s. The producer runs in this
@@ -45,7 +50,7 @@ from stream_pipelines.devtools.benchmarks.common import (
     stop_session,
 )
 from stream_pipelines.devtools.benchmarks.streaming import Batch, BrokerOffsets, LoadedApp, PacedProducer
-from stream_pipelines.devtools.processes import cpu_seconds, descendants
+from stream_pipelines.devtools.processes import age_seconds, cpu_seconds, descendants
 
 DEFAULT_OUT = PROJECT_ROOT / "data" / "bench" / "batch_cost.json"
 SIZES = (1, 50, 500, 5_000)
@@ -95,7 +100,7 @@ def measure_size(
     if not loaded.settle(time.time(), args.warmup, wait_s):
         raise BenchmarkError(late)
     producer.check()
-    window_start, cpu_start = time.time(), jvm_tree_cpu(jvm)
+    window_start, cpu_start, jvm_age_s = time.time(), jvm_tree_cpu(jvm), age_seconds(jvm)
     if not loaded.settle(window_start, args.batches, wait_s):
         raise BenchmarkError(late)
     window_s, cpu_s = time.time() - window_start, jvm_tree_cpu(jvm) - cpu_start
@@ -111,6 +116,8 @@ def measure_size(
     batches_per_query = statistics.mean(query["batches"] for query in queries.values())
     return {
         "size": size,
+        # The same batch costs less the longer the JVM runs (its JIT), so each figure says when it was taken.
+        "jvm_age_s": jvm_age_s,
         "queries": queries,
         "app_batch_s": max(query["seconds_median"]["triggerExecution"] for query in queries.values()),
         "window_s": window_s,
@@ -198,8 +205,13 @@ def format_table(results: dict[str, Any]) -> str:
             lines.append(
                 f"{'  CPU per batch (JVM + workers)':<34}{'':>7}{size['cpu_s_per_batch']:>17.2f}"
                 f"   = {size['cores']:.2f} cores at a {measured['trigger_s']:g}s trigger"
+                + jvm_age_text(size.get("jvm_age_s"))
             )
     return "\n".join(lines)
+
+
+def jvm_age_text(seconds: float | None) -> str:
+    return "" if seconds is None else f", JVM up {seconds / 60:.1f} min"
 
 
 def build_parser() -> argparse.ArgumentParser:
