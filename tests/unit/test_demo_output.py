@@ -78,7 +78,16 @@ def test_the_progress_line_reads_batch_rows_watermark_from_the_endpoint_and_rest
     tmp_path: Path, capsys
 ) -> None:
     port = _free_port()
-    config = load_config("local", [f"paths.data_root={tmp_path}", f"metrics.ports.sensor_aggregation={port}"])
+    # ad_matching's port too: its default is a running stack's, whose exporter would answer.
+    silent_port = _free_port()
+    config = load_config(
+        "local",
+        [
+            f"paths.data_root={tmp_path}",
+            f"metrics.ports.sensor_aggregation={port}",
+            f"metrics.ports.ad_matching={silent_port}",
+        ],
+    )
     recorder = ProgressRecorder(config, "sensor_aggregation")
     registry = CollectorRegistry()
     registry.register(recorder)
