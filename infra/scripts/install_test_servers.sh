@@ -49,4 +49,5 @@ fi
 for tool in "${wanted[@]}"; do
   command -v "$tool" >/dev/null 2>&1 || { echo "install_test_servers: $tool still not on PATH" >&2; exit 1; }
 done
-echo "install_test_servers: $(promtool --version 2>&1 | head -1); $(chromium --version 2>&1 | head -1)"
+# Debian's chromium launcher warns on stderr from its /etc/chromium.d scripts; the version is on stdout.
+echo "install_test_servers: $(promtool --version 2>&1 | head -1); $(chromium --version 2>/dev/null | head -1)"
