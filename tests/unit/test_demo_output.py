@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import textwrap
@@ -14,6 +13,7 @@ from prometheus_client.exposition import start_http_server
 from stream_pipelines.config import load_config
 from stream_pipelines.control import ControlStore
 from stream_pipelines.devtools.demo import ProgressLine
+from stream_pipelines.devtools.processes import free_port
 from stream_pipelines.metrics import ProgressRecorder
 
 
@@ -44,12 +44,6 @@ def test_native_output_goes_to_the_log_and_python_prints_to_the_terminal(tmp_pat
     assert "python says hello" not in logged
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _progress(name: str, batch: int, watermark: str) -> object:
     from pyspark.sql.streaming.listener import StreamingQueryProgress
 
@@ -77,9 +71,9 @@ def _progress(name: str, batch: int, watermark: str) -> object:
 def test_the_progress_line_reads_batch_rows_watermark_from_the_endpoint_and_restarts_from_the_store(
     tmp_path: Path, capsys
 ) -> None:
-    port = _free_port()
+    port = free_port()
     # ad_matching's port too: its default is a running stack's, whose exporter would answer.
-    silent_port = _free_port()
+    silent_port = free_port()
     config = load_config(
         "local",
         [

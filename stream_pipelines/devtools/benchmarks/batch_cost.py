@@ -14,7 +14,7 @@ batches per query are measured:
               that works out to at that trigger.
 
 Each size's figures say how long the driver JVM had run when they were taken: the same batch costs
-less the longer it runs, because the driver's per-batch code (planning three queries, scheduling,
+less the longer it runs, because the driver's per-batch code (planning each query, scheduling,
 committing state) runs a few times a trigger and the JIT compiles it over many minutes. A size given
 more than once (``--sizes 50 50 50 50``) measures that curve.
 
