@@ -949,14 +949,18 @@ def produce_to_kafka(
     *,
     producer_config: dict[str, Any] | None = None,
     realtime: bool = False,
+    on_wall_clock: bool = False,
     progress: Callable[[int], None] | None = None,
     flush_timeout_s: float = 120.0,
 ) -> int:
     """Send records to their explicit partitions with CreateTime = delivery_time; return the count.
 
     ``realtime`` paces sends to the records' delivery times relative to the first record; otherwise
-    they go out as fast as the producer accepts them. Raises RuntimeError naming topic, partition
-    and error as soon as a delivery report fails, or if records remain undelivered after the flush.
+    they go out as fast as the producer accepts them. ``on_wall_clock`` (with ``realtime``) paces them
+    to the delivery times themselves on this machine's clock, for a scenario stamped "now": a record
+    already due goes out at once, so time spent before the first send (generating, connecting) does
+    not delay every later event by as much. Raises RuntimeError naming topic, partition and error as
+    soon as a delivery report fails, or if records remain undelivered after the flush.
 
     Brokers delete by timestamp: with the default 7-day retention, a scenario whose start lies further
     in the past is eligible for deletion as soon as it is written, so live runs should pass a recent
@@ -986,8 +990,8 @@ def produce_to_kafka(
 
     sent = 0
     last_progress = time.monotonic()
-    first_delivery: datetime | None = None
-    wall_clock_start = 0.0
+    # Seconds to add to a record's delivery time (epoch) to get the wall-clock second it is due.
+    due_shift: float | None = 0.0 if on_wall_clock else None
 
     def report_progress(force: bool = False) -> None:
         nonlocal last_progress
@@ -998,10 +1002,11 @@ def produce_to_kafka(
 
     for record in records:
         if realtime:
-            if first_delivery is None:
-                first_delivery, wall_clock_start = record.delivery_time, time.monotonic()
-            due = wall_clock_start + (record.delivery_time - first_delivery).total_seconds()
-            while (remaining := due - time.monotonic()) > 0:
+            delivery = record.delivery_time.timestamp()
+            if due_shift is None:
+                due_shift = time.time() - delivery
+            due = delivery + due_shift
+            while (remaining := due - time.time()) > 0:
                 # Waiting inside poll() keeps delivery reports flowing during pauses.
                 producer.poll(min(remaining, 0.5))
                 raise_on_failure()

@@ -599,3 +599,20 @@ def test_produce_realtime_paces_to_delivery_times(fake_kafka: type[_FakeProducer
     started = time.monotonic()
     assert produce_to_kafka(paced, "localhost:9092", realtime=True) == 3
     assert time.monotonic() - started >= 0.28
+
+
+def test_produce_on_wall_clock_sends_due_records_at_once_and_later_ones_at_their_stamp(
+    fake_kafka: type[_FakeProducer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    template = generate(ScenarioSpec(duration_s=5))[0]
+    now = datetime.now(UTC)
+    # Stamped 30 s ago (the time a caller spent before sending), then 0.4 s from now.
+    records = [
+        replace(template, delivery_time=now - timedelta(seconds=30)),
+        replace(template, delivery_time=now + timedelta(milliseconds=400)),
+    ]
+    sent_at: list[float] = []
+    monkeypatch.setattr(fake_kafka, "produce", lambda self, topic, **kwargs: sent_at.append(time.time()))
+    assert produce_to_kafka(records, "localhost:9092", realtime=True, on_wall_clock=True) == 2
+    assert sent_at[0] - now.timestamp() < 1.0
+    assert sent_at[1] >= records[1].delivery_time.timestamp()
