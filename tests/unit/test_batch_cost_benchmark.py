@@ -8,8 +8,11 @@ import subprocess
 import sys
 import time
 
-from stream_pipelines.devtools.benchmarks.batch_cost import format_table, median_parts
-from stream_pipelines.devtools.benchmarks.streaming import Batch
+import pytest
+
+from stream_pipelines.devtools.benchmarks.batch_cost import format_table, main, median_parts
+from stream_pipelines.devtools.benchmarks.common import BenchmarkError
+from stream_pipelines.devtools.benchmarks.streaming import Batch, LoadedApp
 from stream_pipelines.devtools.processes import age_seconds, cpu_seconds
 
 
@@ -119,3 +122,33 @@ def test_the_cpu_is_read_from_the_spark_driver_not_the_private_brokers_jvm() -> 
     assert spark_driver_jvm(table, [10, 20, 30]) == 20
     assert spark_driver_jvm(table, [30, 20, 10]) == 20
     assert spark_driver_jvm(table, [10, 30]) is None
+
+
+def test_a_subset_of_queries_is_measured_without_the_goal_which_is_for_all_of_them() -> None:
+    table = format_table({**results(0.61), "queries": ["tumbling"]})
+    assert "only the queries tumbling, so no goal is shown" in table.splitlines()[0]
+    assert not [line for line in table.splitlines() if line.rstrip().endswith("<= 1")]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--queries", "tumbling"], "--queries needs exactly one app in --apps"),
+        (
+            ["--apps", "sensor_aggregation", "--queries", "tumbling", "windows"],
+            "sensor_aggregation has no query windows; its queries: tumbling, sliding, quarantine",
+        ),
+    ],
+)
+def test_queries_that_cannot_be_run_are_refused_before_anything_starts(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_loaded_app_refuses_a_query_its_app_does_not_have() -> None:
+    with pytest.raises(BenchmarkError, match="ad_matching has no query tumbling; its queries: matches, ctr"):
+        LoadedApp(None, None, "ad_matching", "run", None, None, only=["tumbling"])  # type: ignore[arg-type]

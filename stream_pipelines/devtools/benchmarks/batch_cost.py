@@ -133,7 +133,7 @@ def measure_app(
     trigger_s = registry.APPS[app].trigger(config).seconds
     offsets = BrokerOffsets(config, app)
     producer = PacedProducer(config, app).start()
-    loaded = LoadedApp(spark, config, app, f"batch-cost-{app}", offsets, interrupts)
+    loaded = LoadedApp(spark, config, app, f"batch-cost-{app}", offsets, interrupts, only=args.queries)
     sizes = []
     try:
         loaded.start()
@@ -173,6 +173,7 @@ def run_benchmark(args: argparse.Namespace, interrupts: Interrupts) -> dict[str,
         "goal": {"app": GOAL_APP, "size": GOAL_SIZE, "app_batch_s": GOAL_BATCH_S},
         "warmup": args.warmup,
         "batches": args.batches,
+        "queries": args.queries or "all",
         "overrides": overrides,
         "machine": machine_info(),
         "load_average_after": load_average(),
@@ -182,15 +183,18 @@ def run_benchmark(args: argparse.Namespace, interrupts: Interrupts) -> dict[str,
 
 
 def format_table(results: dict[str, Any]) -> str:
+    only = results.get("queries", "all")
     lines = [
         f"per-batch cost, median of {results['batches']} batches per query after {results['warmup']} "
-        f"warm-up, on {results['machine'].get('usable_cpus', '?')} CPUs (seconds)",
+        f"warm-up, on {results['machine'].get('usable_cpus', '?')} CPUs (seconds)"
+        + ("" if only == "all" else f"; only the queries {', '.join(only)}, so no goal is shown"),
         f"{'app / query':<34}{'rows':>7}" + "".join(f"{part:>17}" for part in SHOWN_PARTS) + f"{'goal':>8}",
     ]
     goal = results["goal"]
     for app, measured in results["apps"].items():
         for size in measured["sizes"]:
-            is_goal = (app, size["size"]) == (goal["app"], goal["size"])
+            # The goal is for a batch of all the app's queries.
+            is_goal = only == "all" and (app, size["size"]) == (goal["app"], goal["size"])
             target = f"<= {goal['app_batch_s']:g}" if is_goal else ""
             lines.append(
                 f"{app + ' ~' + str(size['size']) + ' rows':<34}{'':>7}{size['app_batch_s']:>17.2f}"
@@ -232,6 +236,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=list(SIZES),
         help="rows per batch (default: 1 50 500 5000)",
     )
+    parser.add_argument(
+        "--queries",
+        nargs="+",
+        default=[],
+        metavar="QUERY",
+        help="run only these of the app's queries, to see what each costs (one app only; default: all)",
+    )
     parser.add_argument("--warmup", type=positive_int, default=2, help="batches skipped after a size change")
     parser.add_argument("--batches", type=positive_int, default=4, help="batches measured per query and size")
     add_results_argument(parser, DEFAULT_OUT)
@@ -240,7 +251,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.queries:
+        if len(args.apps) != 1:
+            parser.error("--queries needs exactly one app in --apps")
+        declared = registry.APPS[args.apps[0]].query_names
+        if unknown := sorted(set(args.queries) - set(declared)):
+            parser.error(
+                f"{args.apps[0]} has no query {', '.join(unknown)}; its queries: {', '.join(declared)}"
+            )
     return run_and_report("bench-batch-cost", args, run_benchmark, format_table)
 
 

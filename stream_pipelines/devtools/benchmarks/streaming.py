@@ -597,10 +597,18 @@ class LoadedApp:
         name: str,
         offsets: BrokerOffsets,
         interrupts: Interrupts,
+        only: Sequence[str] = (),
     ) -> None:
+        """``only`` names the app's queries to run (its registry names); empty runs them all."""
+        declared = registry.APPS[app].query_names
+        if unknown := sorted(set(only) - set(declared)):
+            raise BenchmarkError(
+                f"{app} has no query {', '.join(unknown)}; its queries: {', '.join(declared)}"
+            )
         self.spark = spark
         self.config = config
         self.app = app
+        self.only = set(only)
         self.name = name
         self.offsets = offsets
         self.interrupts = interrupts
@@ -619,6 +627,7 @@ class LoadedApp:
         self.queries = [
             start_sink(run_config, self.app, sink, "processing")
             for sink in registry.APPS[self.app].build_sinks(self.spark, run_config)
+            if not self.only or sink.name in self.only
         ]
 
     def stop(self, grace_s: float = 0.0) -> None:
