@@ -3,12 +3,19 @@ it brackets it; otherwise the table says it is a lower bound. The goal stands be
 
 from __future__ import annotations
 
-from stream_pipelines.devtools.benchmarks.streaming import SENSOR_APP, Search, Step, knee, knee_line
+from stream_pipelines.devtools.benchmarks.streaming import (
+    SENSOR_APP,
+    Search,
+    Step,
+    knee,
+    knee_line,
+    propose_rate,
+)
 
 
-def step(rate: float, passed: bool, p95_s: float = 5.0) -> Step:
+def step(rate: float, passed: bool, p95_s: float = 5.0, asked: float | None = None) -> Step:
     return Step(
-        target_rate=rate,
+        target_rate=asked or rate,
         input_rate=rate,
         passed=passed,
         reason="ok" if passed else "p95 too long",
@@ -44,3 +51,24 @@ def test_without_a_failure_above_it_the_best_pass_is_a_lower_bound() -> None:
     assert not found["bracketed"]
     line = knee_line(SENSOR_APP, {"knee": found, "seconds": 120.0})
     assert "at least 4,000/s" in line and "a lower bound, not the knee" in line
+
+
+def test_when_the_generator_falls_short_twice_the_search_stops_and_says_it_set_the_bound() -> None:
+    # As measured: asked for 27,877/s, the in-process producer sent 17-21k/s, and every step passed.
+    steps = [
+        step(6421, True, asked=6830),
+        step(19401, True, 6.8, asked=25683),
+        step(21444, True, 6.3, asked=27877),
+    ]
+    assert propose_rate(steps, 10.0) is None
+    found = knee(search(*steps))
+    assert found["generator_bound"] and not found["bracketed"]
+    line = knee_line(SENSOR_APP, {"knee": found, "seconds": 300.0})
+    assert line.startswith(f"{SENSOR_APP}: at least 21,444/s (p95 6.3s)")
+    assert "asked up to 27,877/s" in line and "a lower bound set by the generator, not the knee" in line
+
+
+def test_one_short_step_or_a_failing_one_keeps_the_search_going() -> None:
+    assert propose_rate([step(4000, True), step(7000, True, asked=9000)], 10.0) is not None
+    assert propose_rate([step(7000, True, asked=9000), step(12000, False)], 10.0) is not None
+    assert not knee(search(step(4000, True), step(7000, True, asked=9000)))["generator_bound"]

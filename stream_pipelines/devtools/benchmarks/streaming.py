@@ -25,8 +25,10 @@ interval and the backlog does not grow. The backlog is the broker's latest offse
 end offsets, sampled as each batch is seen; it "grows" when its least-squares trend over the window
 adds up to more than one trigger's worth of input. Rates are chosen by a secant search on the p95
 batch duration (aiming at 90% of the trigger), kept inside the bracket of the highest passing and
-lowest failing rate, until the bracket is within 15% or the per-search time budget
-(``--search-seconds``) runs out. After a failed step the queries restart from fresh checkpoints at
+lowest failing rate, until the bracket is within 15%, the per-search time budget
+(``--search-seconds``) runs out, or two passing steps in a row got under 85% of the rate asked of
+the producer (it runs in this process, on the same cores as Spark: asking more would measure it, and
+the table says the bound is the generator's). After a failed step the queries restart from fresh checkpoints at
 the latest offsets, so the next step never inherits the failed step's backlog. The sustained rate is
 the highest passing input rate measured on the broker: a lower bound, good to the bracket.
 ``--knee`` gives the tuned queries alone the budget to bracket it (up to 14 steps, 30 minutes per
@@ -110,6 +112,9 @@ USER_COUNT = 100_000
 AIM = 0.9
 # The search stops once the highest pass and the lowest failure are this close (ratio - 1).
 RESOLUTION = 0.15
+# A passing step whose producer sent less than this share of the rate asked was held back by the
+# producer (it shares the machine's cores with Spark), not by the app.
+GENERATOR_SHORTFALL = 0.85
 POLL_S = 0.5
 MIN_WINDOW_BATCHES = 2
 # Below this the search gives up on finding a passing rate.
@@ -884,8 +889,19 @@ def run_step(
     )
 
 
+def generator_bound(steps: Sequence[Step]) -> bool:
+    """Whether the last two steps passed with the load generator well short of the rates asked of it:
+    then asking more measures the generator, not the app, and the best pass is its lower bound."""
+    last = steps[-2:]
+    return len(last) == 2 and all(
+        step.passed and step.input_rate < GENERATOR_SHORTFALL * step.target_rate for step in last
+    )
+
+
 def propose_rate(steps: Sequence[Step], trigger_s: float) -> float | None:
-    """The next rate to try, or None when the bracket is tight enough."""
+    """The next rate to try, or None when the bracket is tight enough or the generator is the limit."""
+    if generator_bound(steps):
+        return None
     passed = [step.input_rate for step in steps if step.passed]
     failed = [step.input_rate for step in steps if not step.passed]
     low = max(passed, default=None)
@@ -1136,6 +1152,8 @@ def knee(search: Search) -> dict[str, Any]:
         "fails_at": failure.input_rate if failure else None,
         "bracketed": best is not None and failure is not None,
         "bracket": failure.input_rate / best.input_rate - 1 if best and failure else None,
+        "generator_bound": failure is None and generator_bound(search.steps),
+        "asked_up_to": max((step.target_rate for step in search.steps), default=None),
         "goal": GOAL_SUSTAINED.get(search.app),
     }
 
@@ -1152,6 +1170,12 @@ def knee_line(app: str, search: dict[str, Any]) -> str:
             f"{app} knee: sustains {found['rate']:,.0f}/s (p95 {shown(found['p95_s'], '.1f')}s), fails at "
             f"{found['fails_at']:,.0f}/s, a bracket of {found['bracket']:.0%}; the load generator took {load}"
             f"{goal}"
+        )
+    if found.get("generator_bound"):
+        return (
+            f"{app}: at least {found['rate']:,.0f}/s (p95 {shown(found['p95_s'], '.1f')}s); the load "
+            f"generator sent no faster though asked up to {found['asked_up_to']:,.0f}/s (it took {load}), so "
+            f"this is a lower bound set by the generator, not the knee{goal}"
         )
     return (
         f"{app}: at least {found['rate']:,.0f}/s; no higher rate failed within {search['seconds']:.0f}s, so "
