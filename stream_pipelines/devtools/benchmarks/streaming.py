@@ -28,9 +28,10 @@ batch duration (aiming at 90% of the trigger), kept inside the bracket of the hi
 lowest failing rate, until the bracket is within 15%, the per-search time budget
 (``--search-seconds``) runs out, or two passing steps in a row got under 85% of the rate asked of
 the producer (it runs in this process, on the same cores as Spark: asking more would measure it, and
-the table says the bound is the generator's). After a failed step the queries restart from fresh checkpoints at
-the latest offsets, so the next step never inherits the failed step's backlog. The sustained rate is
-the highest passing input rate measured on the broker: a lower bound, good to the bracket.
+the table says the bound is the generator's). After a failed step the queries restart from fresh
+checkpoints at the latest offsets, so the next step never inherits the failed step's backlog. The
+sustained rate is the highest passing input rate measured on the broker: a lower bound, good to the
+bracket.
 ``--knee`` gives the tuned queries alone the budget to bracket it (up to 14 steps, 30 minutes per
 app): the table then names the knee (the highest passing rate and the failing rate above it), or says
 that the search stopped first and the figure is a lower bound, with the goal beside the sensor app's.
