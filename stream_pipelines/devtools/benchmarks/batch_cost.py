@@ -49,7 +49,13 @@ from stream_pipelines.devtools.benchmarks.common import (
     run_and_report,
     stop_session,
 )
-from stream_pipelines.devtools.benchmarks.streaming import Batch, BrokerOffsets, LoadedApp, PacedProducer
+from stream_pipelines.devtools.benchmarks.streaming import (
+    Batch,
+    BrokerOffsets,
+    LoadedApp,
+    PacedProducer,
+    unknown_queries,
+)
 from stream_pipelines.devtools.processes import age_seconds, cpu_seconds, descendants
 
 DEFAULT_OUT = PROJECT_ROOT / "data" / "bench" / "batch_cost.json"
@@ -256,11 +262,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.queries:
         if len(args.apps) != 1:
             parser.error("--queries needs exactly one app in --apps")
-        declared = registry.APPS[args.apps[0]].query_names
-        if unknown := sorted(set(args.queries) - set(declared)):
-            parser.error(
-                f"{args.apps[0]} has no query {', '.join(unknown)}; its queries: {', '.join(declared)}"
-            )
+        if problem := unknown_queries(args.apps[0], args.queries):
+            parser.error(problem)
     return run_and_report("bench-batch-cost", args, run_benchmark, format_table)
 
 

@@ -592,6 +592,14 @@ class StepFailed(Exception):
     """A query failed or a batch overran the wait during a rate step."""
 
 
+def unknown_queries(app: str, names: Sequence[str]) -> str | None:
+    """What is wrong with running ``names`` of ``app``'s queries, or None when the app has them all."""
+    declared = registry.APPS[app].query_names
+    if unknown := sorted(set(names) - set(declared)):
+        return f"{app} has no query {', '.join(unknown)}; its queries: {', '.join(declared)}"
+    return None
+
+
 class LoadedApp:
     """The app's queries, restartable from fresh checkpoints, watched batch by batch."""
 
@@ -606,11 +614,8 @@ class LoadedApp:
         only: Sequence[str] = (),
     ) -> None:
         """``only`` names the app's queries to run (its registry names); empty runs them all."""
-        declared = registry.APPS[app].query_names
-        if unknown := sorted(set(only) - set(declared)):
-            raise BenchmarkError(
-                f"{app} has no query {', '.join(unknown)}; its queries: {', '.join(declared)}"
-            )
+        if problem := unknown_queries(app, only):
+            raise BenchmarkError(problem)
         self.spark = spark
         self.config = config
         self.app = app
