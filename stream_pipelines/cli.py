@@ -27,17 +27,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from stream_pipelines.config import PipelineConfig, add_config_arguments, config_or_report
 from stream_pipelines.exit_codes import ExitCode
 from stream_pipelines.registry import APP_NAMES
-
-if TYPE_CHECKING:
-    from stream_pipelines.devtools.generator import ScenarioSpec
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -282,22 +278,41 @@ def _produce(config: PipelineConfig, args: argparse.Namespace) -> int:
     from stream_pipelines.devtools import generator
 
     spec = scenario_from_args(config, args)
-    if args.realtime and args.to == "kafka":
-        return _produce_live(config, spec, on_wall_clock=args.start == "now")
-    records = generator.generate(spec)
-    summary = generator.summarize(records)
-    print(f"generated {len(records)} records: " + ", ".join(f"{k}={v}" for k, v in sorted(summary.items())))
-    if args.to == "files":
-        out = Path(args.out or config.project_path(config.source.files_dir))
-        files = generator.write_jsonl(records, out)
-        print(f"wrote {len(files)} files under {out}")
-        return 0
+    live = args.realtime and args.to == "kafka"
+    if live:
+        # Generated second by second as it is sent: generating a day first (10 s or more at the demo
+        # rate) held back every event by that long, and with it every watermark.
+        records: Iterable[generator.Record] = (
+            record for chunk in generator.generate_chunks(spec, 1.0) for record in chunk
+        )
+        of_total, report_every_s = "", 60.0
+        print(
+            f"producing live from {spec.start.isoformat()} for {spec.duration_s:g}s of event time "
+            f"({spec.sensor_rate:g} readings/s, {spec.ad_rate:g} impressions/s)",
+            flush=True,
+        )
+    else:
+        records = generator.generate(spec)
+        summary = generator.summarize(records)
+        print(
+            f"generated {len(records)} records: " + ", ".join(f"{k}={v}" for k, v in sorted(summary.items()))
+        )
+        if args.to == "files":
+            out = Path(args.out or config.project_path(config.source.files_dir))
+            files = generator.write_jsonl(records, out)
+            print(f"wrote {len(files)} files under {out}")
+            return 0
+        of_total, report_every_s = f"/{len(records)}", 0.0
 
-    started = time.monotonic()
+    started = last_report = time.monotonic()
 
     def progress(sent: int) -> None:
-        elapsed = max(time.monotonic() - started, 1e-6)
-        print(f"  sent {sent}/{len(records)} ({sent / elapsed:,.0f}/s)", file=sys.stderr, flush=True)
+        nonlocal last_report
+        now = time.monotonic()
+        if now - last_report >= report_every_s:
+            rate = sent / max(now - started, 1e-6)
+            print(f"  sent {sent}{of_total} ({rate:,.0f}/s)", file=sys.stderr, flush=True)
+            last_report = now
 
     try:
         sent = generator.produce_to_kafka(
@@ -305,46 +320,13 @@ def _produce(config: PipelineConfig, args: argparse.Namespace) -> int:
             config.kafka.bootstrap_servers,
             producer_config=dict(config.kafka.client_properties),
             realtime=args.realtime,
+            # A scenario stamped "now" is sent on the wall clock, whatever the time spent before.
+            on_wall_clock=live and args.start == "now",
             progress=progress,
         )
     except RuntimeError as error:
         raise UserFacingError(str(error)) from None
     print(f"sent {sent} records to {config.kafka.bootstrap_servers} in {time.monotonic() - started:.1f}s")
-    return 0
-
-
-def _produce_live(config: PipelineConfig, spec: ScenarioSpec, *, on_wall_clock: bool) -> int:
-    """Stream the scenario second by second as it is sent. Generating it all first (a day at the demo
-    rate takes 10 s or more) held back every event by that long, and with it every watermark."""
-    from stream_pipelines.devtools import generator
-
-    print(
-        f"producing live from {spec.start.isoformat()} for {spec.duration_s:g}s of event time "
-        f"({spec.sensor_rate:g} readings/s, {spec.ad_rate:g} impressions/s) "
-        f"to {config.kafka.bootstrap_servers}",
-        flush=True,
-    )
-    last_report = time.monotonic()
-
-    def progress(sent: int) -> None:
-        nonlocal last_report
-        if time.monotonic() - last_report >= 60:
-            print(f"  sent {sent} records", file=sys.stderr, flush=True)
-            last_report = time.monotonic()
-
-    records = (record for chunk in generator.generate_chunks(spec, 1.0) for record in chunk)
-    try:
-        sent = generator.produce_to_kafka(
-            records,
-            config.kafka.bootstrap_servers,
-            producer_config=dict(config.kafka.client_properties),
-            realtime=True,
-            on_wall_clock=on_wall_clock,
-            progress=progress,
-        )
-    except RuntimeError as error:
-        raise UserFacingError(str(error)) from None
-    print(f"sent {sent} records to {config.kafka.bootstrap_servers}")
     return 0
 
 
