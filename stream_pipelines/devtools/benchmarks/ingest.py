@@ -13,6 +13,11 @@ Each Spark path starts from a fresh checkpoint with an available-now trigger on 
 config, and must read exactly N rows. Spark's rate is N over the summed ``triggerExecution`` of its
 batches, which leaves out query start-up; the ceiling's rate is the tool's fetch.nMsg.sec, which
 leaves out its consumer-group join (Spark's source assigns partitions and never joins a group).
+
+Each round then reads the same N records again in one batch, with no stream, in three steps: the
+read alone, the archive's columns added, and the Parquet write partitioned as the app added. The CPU
+of the driver JVM (which runs the tasks) per row of each step shows what the archive's rows cost
+before any per-batch cost: the floor under the archive's share of the noop rate.
 Results: a table on stdout and JSON in data/bench/ingest.json.
 """
 
@@ -42,6 +47,7 @@ from stream_pipelines.devtools.benchmarks.common import (
     log,
     machine_info,
     non_negative_int,
+    own_spark_jvm,
     positive_int,
     private_broker,
     run_and_report,
@@ -67,6 +73,12 @@ LABELS = {
     "noop": "Kafka source -> noop",
     "parse": "Kafka source -> JSON parse -> noop",
     "archive": "raw archive -> Parquet",
+}
+# The one-batch steps, each one more stage of the archive than the one before.
+BATCH_STEPS = {
+    "read": "Kafka read -> noop",
+    "columns": "+ the archive's columns",
+    "parquet": "+ Parquet, partitioned as the app",
 }
 CONSUMER_PERFORMANCE = "org.apache.kafka.tools.ConsumerPerformance"
 # kafka-consumer-perf-test.sh runs the tool with this heap; the same keeps the ceiling comparable.
@@ -94,6 +106,22 @@ class Sample:
     @property
     def rows_per_s(self) -> float:
         return self.rows / self.seconds
+
+
+@dataclass
+class BatchStep:
+    """One step of the one-batch decomposition: the driver JVM's CPU and the wall time it took."""
+
+    step: str
+    round: int
+    warmup: bool
+    rows: int
+    cpu_seconds: float
+    wall_seconds: float
+
+    @property
+    def cpu_us_per_row(self) -> float:
+        return self.cpu_seconds / self.rows * 1e6
 
 
 @dataclass
@@ -305,6 +333,39 @@ def run_spark_path(
     )
 
 
+def run_batch_step(
+    spark: SparkSession, config: PipelineConfig, dataset: Dataset, step: str, round_: int, warmup: bool
+) -> BatchStep:
+    """The topic's N records in one batch job, through the first ``step`` stages of the archive."""
+    from stream_pipelines.apps.raw_archive import archive_rows
+    from stream_pipelines.devtools.processes import cpu_seconds, descendants
+    from stream_pipelines.registry import ARCHIVE
+    from stream_pipelines.runtime import read_raw
+
+    jvm = own_spark_jvm()
+    if jvm is None:
+        raise BenchmarkError("found no Spark driver JVM under this process: did the Spark session start?")
+    raw = read_raw(spark, config, [config.kafka.topics.sensors], streaming=False)
+    output = Path(config.data_path("archive")) / f"batch-{step}-{round_}"
+    cpu_before, started = cpu_seconds({jvm, *descendants(jvm)}), time.perf_counter()
+    if step == "read":
+        raw.write.format("noop").mode("overwrite").save()
+    elif step == "columns":
+        archive_rows(raw).write.format("noop").mode("overwrite").save()
+    elif step == "parquet":
+        archive_rows(raw).write.partitionBy(*ARCHIVE.partition_by).parquet(str(output))
+    else:
+        raise ValueError(f"unknown step {step!r}")
+    wall = time.perf_counter() - started
+    cpu = cpu_seconds({jvm, *descendants(jvm)}) - cpu_before
+    if step == "parquet":
+        rows = spark.read.parquet(str(output)).count()
+        shutil.rmtree(output, ignore_errors=True)
+        if rows != dataset.events:
+            raise BenchmarkError(f"the one-batch archive wrote {rows:,} rows, expected {dataset.events:,}")
+    return BatchStep(step, round_, warmup, dataset.events, cpu, wall)
+
+
 def _batches_per_run(config: PipelineConfig, events: int) -> int:
     limit = config.kafka.max_offsets_per_trigger
     return 1 if not limit else math.ceil(events / limit)
@@ -339,6 +400,7 @@ def run_benchmark(args: argparse.Namespace, interrupts: Interrupts) -> dict[str,
             retained = max(100, _batches_per_run(config, args.events) + 10)
             spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", str(retained))
             samples: list[Sample] = []
+            steps: list[BatchStep] = []
             rounds = [(index, True) for index in range(args.warmup)]
             rounds += [(index, False) for index in range(args.repeats)]
             for round_, warmup in rounds:
@@ -351,15 +413,23 @@ def run_benchmark(args: argparse.Namespace, interrupts: Interrupts) -> dict[str,
                         sample = run_spark_path(spark, config, dataset, path, round_, warmup, interrupts)
                     log(f"{name}: {LABELS[path]}: {sample.rows_per_s:,.0f} rows/s ({sample.seconds:.2f}s)")
                     samples.append(sample)
+                for step, label in BATCH_STEPS.items():
+                    interrupts.check()
+                    steps.append(run_batch_step(spark, config, dataset, step, round_, warmup))
+                    log(f"{name}: one batch, {label}: {steps[-1].cpu_us_per_row:.2f} CPU us per row")
         finally:
             stop_session(spark)
-        results = build_results(config, args, dataset, samples)
+        results = build_results(config, args, dataset, samples, steps)
         results["load_average"] = {"before": load_before, "after": load_average()}
         return results
 
 
 def build_results(
-    config: PipelineConfig, args: argparse.Namespace, dataset: Dataset, samples: Sequence[Sample]
+    config: PipelineConfig,
+    args: argparse.Namespace,
+    dataset: Dataset,
+    samples: Sequence[Sample],
+    steps: Sequence[BatchStep] = (),
 ) -> dict[str, Any]:
     measured = [sample for sample in samples if not sample.warmup]
     paths: dict[str, dict[str, Any]] = {}
@@ -411,8 +481,29 @@ def build_results(
             "order": "per round: ceiling, noop, parse, archive; warm-up rounds are not in the summaries",
         },
         "paths": paths,
+        "one_batch": one_batch(steps),
         "samples": [{**asdict(sample), "rows_per_s": sample.rows_per_s} for sample in samples],
+        "one_batch_samples": [asdict(step) for step in steps],
     }
+
+
+def one_batch(steps: Sequence[BatchStep]) -> dict[str, Any]:
+    """Per step, the median CPU per row and wall rows/s of the measured rounds; and the read's CPU per
+    row over the archive's (what the archive's share of the read rate would be at equal CPU)."""
+    measured = [step for step in steps if not step.warmup]
+    figures: dict[str, Any] = {}
+    for name, label in BATCH_STEPS.items():
+        runs = [step for step in measured if step.step == name]
+        if runs:
+            figures[name] = {
+                "label": label,
+                "cpu_us_per_row": Summary.of(step.cpu_us_per_row for step in runs).as_dict(),
+                "rows_per_s": Summary.of(step.rows / step.wall_seconds for step in runs).as_dict(),
+            }
+    if "read" in figures and "parquet" in figures:
+        read, archive = (figures[name]["cpu_us_per_row"]["median"] for name in ("read", "parquet"))
+        figures["archive_to_read_at_equal_cpu"] = read / archive
+    return figures
 
 
 def archive_to_noop(paths: dict[str, Any]) -> float | None:
@@ -452,6 +543,7 @@ def format_table(results: dict[str, Any]) -> str:
             f"{'raw archive / Spark source to noop':<37}{ratio:>14.2f}"
             f"{'goal >= ' + format(results['goal']['archive_to_noop'], 'g'):>24}"
         )
+    lines += one_batch_lines(results.get("one_batch", {}))
     lines += [
         "",
         f"ceiling = fetch.nMsg.sec; counting the consumer-group join (median "
@@ -461,6 +553,30 @@ def format_table(results: dict[str, Any]) -> str:
         "(ceiling: whole java process).",
     ]
     return "\n".join(lines)
+
+
+def one_batch_lines(figures: dict[str, Any]) -> list[str]:
+    if "read" not in figures:
+        return []
+    lines = [
+        "",
+        "the same records in one batch, no stream (driver JVM CPU, which runs the tasks):",
+        f"{'step':<37}{'CPU us/row':>14}{'rows/s':>12}",
+    ]
+    for name in BATCH_STEPS:
+        if name in figures:
+            step = figures[name]
+            lines.append(
+                f"{step['label']:<37}{step['cpu_us_per_row']['median']:>14.2f}"
+                f"{step['rows_per_s']['median']:>12,.0f}"
+            )
+    ratio = figures.get("archive_to_read_at_equal_cpu")
+    if ratio is not None:
+        lines.append(
+            f"{'archive / read at equal CPU':<37}{ratio:>14.2f}"
+            "   (the archive's share of the read's rate that its rows' own work allows)"
+        )
+    return lines
 
 
 # --------------------------------------------------------------------------- entry point
