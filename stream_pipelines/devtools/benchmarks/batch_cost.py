@@ -43,7 +43,7 @@ from stream_pipelines.devtools.benchmarks.common import (
     load_average,
     log,
     machine_info,
-    own_spark_jvm,
+    own_spark_jvm_or_fail,
     positive_int,
     private_broker,
     run_and_report,
@@ -69,13 +69,6 @@ BENCH_OVERRIDES = (
     # The cap would only bind above rate x trigger; the benchmark sizes batches by the rate instead.
     "kafka.max_offsets_per_trigger=null",
 )
-
-
-def driver_jvm() -> int:
-    jvm = own_spark_jvm()
-    if jvm is None:
-        raise BenchmarkError("found no Spark driver JVM under this process: did the Spark session start?")
-    return jvm
 
 
 def jvm_tree_cpu(jvm: int) -> float:
@@ -170,7 +163,7 @@ def run_benchmark(args: argparse.Namespace, interrupts: Interrupts) -> dict[str,
         interrupts.install()
         try:
             spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "1000")
-            jvm = driver_jvm()
+            jvm = own_spark_jvm_or_fail()
             apps = {app: measure_app(spark, config, app, jvm, args, interrupts) for app in args.apps}
         finally:
             stop_session(spark)

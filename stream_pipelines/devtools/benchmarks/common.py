@@ -253,6 +253,14 @@ def own_spark_jvm() -> int | None:
     return spark_driver_jvm(process_table(), sorted(descendants(os.getpid())))
 
 
+def own_spark_jvm_or_fail() -> int:
+    """The JVM PySpark started for this process; a BenchmarkError when there is none."""
+    jvm = own_spark_jvm()
+    if jvm is None:
+        raise BenchmarkError("found no Spark driver JVM under this process: did the Spark session start?")
+    return jvm
+
+
 # --------------------------------------------------------------------------- summaries
 
 

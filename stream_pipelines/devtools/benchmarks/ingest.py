@@ -17,7 +17,7 @@ leaves out its consumer-group join (Spark's source assigns partitions and never 
 Each round then reads the same N records again in one batch, with no stream, in three steps: the
 read alone, the archive's columns added, and the Parquet write partitioned as the app added. The CPU
 of the driver JVM (which runs the tasks) per row of each step shows what the archive's rows cost
-before any per-batch cost: the floor under the archive's share of the noop rate.
+with no per-batch cost at all.
 Results: a table on stdout and JSON in data/bench/ingest.json.
 """
 
@@ -47,7 +47,7 @@ from stream_pipelines.devtools.benchmarks.common import (
     log,
     machine_info,
     non_negative_int,
-    own_spark_jvm,
+    own_spark_jvm_or_fail,
     positive_int,
     private_broker,
     run_and_report,
@@ -342,9 +342,7 @@ def run_batch_step(
     from stream_pipelines.registry import ARCHIVE
     from stream_pipelines.runtime import read_raw
 
-    jvm = own_spark_jvm()
-    if jvm is None:
-        raise BenchmarkError("found no Spark driver JVM under this process: did the Spark session start?")
+    jvm = own_spark_jvm_or_fail()
     raw = read_raw(spark, config, [config.kafka.topics.sensors], streaming=False)
     output = Path(config.data_path("archive")) / f"batch-{step}-{round_}"
     cpu_before, started = cpu_seconds({jvm, *descendants(jvm)}), time.perf_counter()
@@ -478,7 +476,8 @@ def build_results(
             "ceiling_rows_per_s": "ConsumerPerformance fetch.nMsg.sec (excludes its consumer-group join)",
             "ratio_to_ceiling": "median rows/s of the path / median rows/s of the ceiling",
             "wall_seconds": "query start() to termination; for the ceiling, the whole java process",
-            "order": "per round: ceiling, noop, parse, archive; warm-up rounds are not in the summaries",
+            "order": "per round: ceiling, noop, parse, archive, then the one-batch steps; warm-up rounds "
+            "are not in the summaries",
         },
         "paths": paths,
         "one_batch": one_batch(steps),
