@@ -51,8 +51,18 @@ def _now() -> datetime:
 
 
 def process_exists(pid: object) -> bool:
-    """Whether a process of that pid exists on this host (records name the pid of who wrote them)."""
-    return isinstance(pid, int) and Path(f"/proc/{pid}").exists()
+    """Whether a process of that pid runs on this host (records name the pid of who wrote them).
+
+    A zombie is gone: under a container's PID 1 that does not reap orphans, a kill -9'd driver stays
+    one for good, and must not hold its app's lease until the timeout."""
+    if not isinstance(pid, int):
+        return False
+    try:
+        # The state follows the command name, which is in parentheses and may itself hold ")".
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
 
 
 class ControlStore:

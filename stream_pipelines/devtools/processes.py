@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from stream_pipelines.control import process_exists
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A port nothing listens on right now (another process may still take it before the caller binds)."""
@@ -19,21 +21,14 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def alive(pid: int) -> bool:
-    """True while the process exists and has not exited (a zombie answers kill(0) but is gone)."""
+    """True while the process runs: our own exited child is reaped, anyone's zombie counts as gone."""
     try:
         waited, _ = os.waitpid(pid, os.WNOHANG)
         if waited == pid:
             return False
     except ChildProcessError:
         pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    fields = _stat_fields(pid)
-    return bool(fields) and fields[0] != "Z"
+    return process_exists(pid)
 
 
 def stop_process_group(pid: int, timeout_s: float = 20.0) -> None:

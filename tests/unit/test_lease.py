@@ -6,8 +6,10 @@ import json
 import multiprocessing
 import os
 import re
+import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -65,6 +67,32 @@ def test_a_dead_drivers_lease_on_this_host_is_stale_at_once(config):
     said: list[str] = []
     Lease(config, APP).acquire(log=said.append)
     assert "took over a stale lease" in said[0]
+
+
+def test_a_killed_drivers_lease_is_stale_at_once_even_while_it_is_an_unreaped_zombie(config):
+    # Under a container's PID 1 that does not reap orphans (as on CI), a kill -9'd driver stays a zombie:
+    # its /proc entry remains, but it is gone and must not hold the app until the lease times out.
+    zombie = subprocess.Popen(["true"])
+    wait_for_state(zombie.pid, "Z")
+    try:
+        old = Lease(config, APP)
+        record = old.acquire(log=print)
+        record.pid = zombie.pid
+        old.path.write_text(json.dumps(record.__dict__))
+        said: list[str] = []
+        Lease(config, APP).acquire(log=said.append)
+        assert "took over a stale lease" in said[0]
+    finally:
+        zombie.wait()
+
+
+def wait_for_state(pid: int, state: str, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == state:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"pid {pid} never reached state {state}")
 
 
 def test_renewal_moves_the_heartbeat_and_release_frees_the_app(config):
