@@ -120,13 +120,15 @@ def test_release_by_a_driver_that_lost_the_lease_leaves_the_new_owners(config):
     assert new.read().owner == new.owner
 
 
-def _race(config_args: list[str], start_at: float, results) -> None:
+def _race(config_args: list[str], start_at: float, results, all_reported) -> None:
     config = load_config("local", config_args, environ=dict(os.environ))
     while time.time() < start_at:
         pass
     try:
         Lease(config, APP).acquire(log=lambda _message: None)
         results.put("won")
+        # The winner is a live driver until every racer has tried: a dead one's lease is stale at once.
+        all_reported.wait(120)
     except LeaseHeldError:
         results.put("refused")
 
@@ -135,12 +137,13 @@ def test_of_drivers_racing_for_a_free_lease_exactly_one_wins(stored_root):
     args = stored_root
     # spawn, not fork: a forked child would share the parent's s3 client and its event loop thread.
     context = multiprocessing.get_context("spawn")
-    results = context.Queue()
+    results, all_reported = context.Queue(), context.Event()
     start_at = time.time() + 0.5
-    racers = [context.Process(target=_race, args=(args, start_at, results)) for _ in range(6)]
+    racers = [context.Process(target=_race, args=(args, start_at, results, all_reported)) for _ in range(6)]
     for racer in racers:
         racer.start()
     outcomes = sorted(results.get(timeout=120) for _ in racers)
+    all_reported.set()
     for racer in racers:
         racer.join(30)
     assert outcomes == ["refused"] * 5 + ["won"]
