@@ -20,6 +20,7 @@ The CLI, the DAGs, the apps and the metrics exporter all read and write them thr
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -50,19 +51,47 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def process_exists(pid: object) -> bool:
-    """Whether a process of that pid runs on this host (records name the pid of who wrote them).
+def proc_stat(pid: int) -> list[str]:
+    """/proc/<pid>/stat after the command name (state, ppid, pgrp, ...); empty once the process is gone."""
+    try:
+        # The command name in parentheses may hold spaces and ")"; the fields after it do not.
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
+    except OSError:
+        return []
 
-    A zombie is gone: under a container's PID 1 that does not reap orphans, a kill -9'd driver stays
-    one for good, and must not hold its app's lease until the timeout."""
+
+# A zombie has exited: under a container's PID 1 that does not reap orphans, a kill -9'd driver stays
+# one for good, and must not hold its app's lease or look like a driver still draining.
+_GONE_STATES = ("Z", "X")
+
+
+def process_exists(pid: object) -> bool:
+    """Whether a process of that pid runs on this host (records name the pid of who wrote them)."""
     if not isinstance(pid, int):
         return False
+    fields = proc_stat(pid)
+    return bool(fields) and fields[0] not in _GONE_STATES
+
+
+def process_age_s(pid: int) -> float | None:
+    """How long the process has run; None once it is gone."""
+    fields = proc_stat(pid)
     try:
-        # The state follows the command name, which is in parentheses and may itself hold ")".
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
+        # starttime: field 22 of /proc/<pid>/stat (20th after the name), in clock ticks since boot.
+        started_s = int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (IndexError, ValueError):
+        return None
+    return time.clock_gettime(time.CLOCK_BOOTTIME) - started_s
+
+
+def group_running(group: int) -> bool:
+    """Whether any process of that process group runs (its exited, unreaped members do not count)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = proc_stat(int(entry.name))
+            if len(fields) > 2 and fields[2] == str(group) and fields[0] not in _GONE_STATES:
+                return True
+    return False
 
 
 class ControlStore:

@@ -285,22 +285,14 @@ def _owner_group(lease: Any) -> int | None:
     return group if group != os.getpgid(0) else None
 
 
-def _group_exists(group: int) -> bool:
-    try:
-        os.killpg(group, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _end_group(group: int, drain_timeout_s: float) -> bool:
     """Wait up to the drain timeout for a driver's group to exit (a stop was asked); then kill it.
     True when it ended by itself."""
+    from stream_pipelines.control import group_running
+
     deadline = time.monotonic() + drain_timeout_s
     while time.monotonic() < deadline:
-        if not _group_exists(group):
+        if not group_running(group):
             return True
         time.sleep(1)
     with contextlib.suppress(ProcessLookupError):

@@ -148,18 +148,14 @@ def driver_started_at() -> float:
     Under spark-submit the JVM came first and started this Python process (so it is the parent, and it
     may already have made its launch folder in the scratch); otherwise the JVM starts later, from here.
     """
+    from stream_pipelines.control import process_age_s
+
     now = time.time()
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         return now
-    try:
-        # Field 22 of /proc/<pid>/stat: the start in clock ticks since boot (after the name in parentheses,
-        # which may hold blanks).
-        fields = Path(f"/proc/{os.getppid()}/stat").read_text().rsplit(")", 1)[1].split()
-        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        # Without /proc, clear everything: at worst the launcher's folder goes, which it no longer needs.
-        return now
-    return now - (time.clock_gettime(time.CLOCK_BOOTTIME) - started)
+    # Without /proc, clear everything: at worst the launcher's folder goes, which it no longer needs.
+    jvm_age_s = process_age_s(os.getppid())
+    return now if jvm_age_s is None else now - jvm_age_s
 
 
 def get_spark(config: PipelineConfig, app_name: str, *, own_scratch: bool = False) -> SparkSession:

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from stream_pipelines.control import process_exists
+from stream_pipelines.control import proc_stat, process_exists
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -49,15 +49,6 @@ def stop_process_group(pid: int, timeout_s: float = 20.0) -> None:
             return
 
 
-def _stat_fields(pid: int) -> list[str]:
-    """/proc/<pid>/stat after the command name (state, ppid, ...); empty once the process is gone."""
-    try:
-        # The command name in parentheses may hold spaces and ")"; the fields after it do not.
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
-    except OSError:
-        return []
-
-
 @dataclass(frozen=True)
 class Proc:
     pid: int
@@ -72,7 +63,7 @@ def process_table() -> dict[int, Proc]:
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        fields = _stat_fields(int(entry.name))
+        fields = proc_stat(int(entry.name))
         try:
             command = (entry / "cmdline").read_bytes().decode(errors="replace")
         except OSError:
@@ -90,26 +81,16 @@ def cpu_seconds(pids: set[int]) -> float:
     """
     ticks = 0
     for pid in pids:
-        fields = _stat_fields(pid)
+        fields = proc_stat(pid)
         if len(fields) > 14:
             # utime, stime, cutime, cstime: fields 14-17 of /proc/<pid>/stat, 11-14 after the name.
             ticks += sum(int(value) for value in fields[11:15])
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def age_seconds(pid: int) -> float | None:
-    """How long the process has run, from /proc; None once it is gone."""
-    fields = _stat_fields(pid)
-    if len(fields) <= 19:
-        return None
-    # starttime: field 22 of /proc/<pid>/stat, 19 after the name, in clock ticks since boot.
-    started_s = int(fields[19]) / os.sysconf("SC_CLK_TCK")
-    return float(Path("/proc/uptime").read_text().split()[0]) - started_s
-
-
 def parent_pid(pid: int) -> int | None:
     """The parent of a live process, from /proc; None once it is gone."""
-    fields = _stat_fields(pid)
+    fields = proc_stat(pid)
     return int(fields[1]) if len(fields) > 1 else None
 
 

@@ -10,10 +10,11 @@ import time
 
 import pytest
 
+from stream_pipelines.control import process_age_s
 from stream_pipelines.devtools.benchmarks.batch_cost import format_table, main, median_parts
 from stream_pipelines.devtools.benchmarks.common import BenchmarkError
 from stream_pipelines.devtools.benchmarks.streaming import Batch, LoadedApp
-from stream_pipelines.devtools.processes import age_seconds, cpu_seconds
+from stream_pipelines.devtools.processes import cpu_seconds
 
 
 def batch(query: str, trigger_ms: int, add_batch_ms: int) -> Batch:
@@ -76,12 +77,12 @@ def test_a_process_age_is_read_from_proc_and_none_once_it_is_gone() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         time.sleep(1.2)
-        age = age_seconds(child.pid)
+        age = process_age_s(child.pid)
     finally:
         child.kill()
         child.wait(timeout=10)
     assert age is not None and 1.0 <= age < 30.0
-    assert age_seconds(child.pid) is None
+    assert process_age_s(child.pid) is None
 
 
 def test_cpu_seconds_counts_a_busy_child_and_nothing_for_a_gone_one() -> None:

@@ -35,6 +35,7 @@ from typing import Any
 
 from stream_pipelines import registry
 from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
+from stream_pipelines.control import process_age_s
 from stream_pipelines.devtools.benchmarks.common import (
     BenchmarkError,
     Interrupts,
@@ -56,7 +57,7 @@ from stream_pipelines.devtools.benchmarks.streaming import (
     PacedProducer,
     unknown_queries,
 )
-from stream_pipelines.devtools.processes import age_seconds, cpu_seconds, descendants
+from stream_pipelines.devtools.processes import cpu_seconds, descendants
 
 DEFAULT_OUT = PROJECT_ROOT / "data" / "bench" / "batch_cost.json"
 SIZES = (1, 50, 500, 5_000)
@@ -99,7 +100,7 @@ def measure_size(
     if not loaded.settle(time.time(), args.warmup, wait_s):
         raise BenchmarkError(late)
     producer.check()
-    window_start, cpu_start, jvm_age_s = time.time(), jvm_tree_cpu(jvm), age_seconds(jvm)
+    window_start, cpu_start, jvm_age_s = time.time(), jvm_tree_cpu(jvm), process_age_s(jvm)
     if not loaded.settle(window_start, args.batches, wait_s):
         raise BenchmarkError(late)
     window_s, cpu_s = time.time() - window_start, jvm_tree_cpu(jvm) - cpu_start
