@@ -67,10 +67,26 @@ _GONE_STATES = ("Z", "X")
 
 def process_exists(pid: object) -> bool:
     """Whether a process of that pid runs on this host (records name the pid of who wrote them)."""
-    if not isinstance(pid, int):
+    if not isinstance(pid, int) or pid <= 0:
         return False
+    if not _has_proc():
+        return _signalable(pid)  # no /proc (not Linux): a zombie cannot be told apart here
     fields = proc_stat(pid)
     return bool(fields) and fields[0] not in _GONE_STATES
+
+
+def _has_proc() -> bool:
+    return Path("/proc/self/stat").exists()
+
+
+def _signalable(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # another user's process: it exists
+    return True
 
 
 def process_age_s(pid: int) -> float | None:
@@ -86,6 +102,14 @@ def process_age_s(pid: int) -> float | None:
 
 def group_running(group: int) -> bool:
     """Whether any process of that process group runs (its exited, unreaped members do not count)."""
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # another user's group: it exists
+    if not _has_proc():
+        return True  # no /proc (not Linux): a zombie cannot be told apart here
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             fields = proc_stat(int(entry.name))

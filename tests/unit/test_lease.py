@@ -86,6 +86,24 @@ def test_a_killed_drivers_lease_is_stale_at_once_even_while_it_is_an_unreaped_zo
         zombie.wait()
 
 
+def test_without_proc_a_live_drivers_lease_still_holds_and_a_dead_ones_is_stale(config, monkeypatch):
+    # Off Linux there is no /proc to read a process state from: liveness falls back to signal 0.
+    from stream_pipelines import control
+
+    monkeypatch.setattr(control, "_has_proc", lambda: False)
+    monkeypatch.setattr(control, "proc_stat", lambda _pid: [])
+    live = Lease(config, APP)
+    live.acquire(log=print)
+    with pytest.raises(LeaseHeldError):
+        Lease(config, APP).acquire(log=print)
+    record = live.read()
+    record.pid = 2**22 + 4321  # no such process
+    live.path.write_text(json.dumps(record.__dict__))
+    said: list[str] = []
+    Lease(config, APP).acquire(log=said.append)
+    assert "took over a stale lease" in said[0]
+
+
 def wait_for_state(pid: int, state: str, timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
