@@ -79,13 +79,14 @@ def _has_proc() -> bool:
     return Path("/proc/self/stat").exists()
 
 
-def _signalable(pid: int) -> bool:
+def _signalable(target: int, *, group: bool = False) -> bool:
+    """Whether signal 0 reaches the process (or the process group): it exists, zombie or not."""
     try:
-        os.kill(pid, 0)
+        (os.killpg if group else os.kill)(target, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        pass  # another user's process: it exists
+        pass  # another user's: it exists
     return True
 
 
@@ -102,12 +103,8 @@ def process_age_s(pid: int) -> float | None:
 
 def group_running(group: int) -> bool:
     """Whether any process of that process group runs (its exited, unreaped members do not count)."""
-    try:
-        os.killpg(group, 0)
-    except ProcessLookupError:
+    if not _signalable(group, group=True):
         return False
-    except PermissionError:
-        pass  # another user's group: it exists
     if not _has_proc():
         return True  # no /proc (not Linux): a zombie cannot be told apart here
     for entry in Path("/proc").iterdir():

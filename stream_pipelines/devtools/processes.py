@@ -88,6 +88,11 @@ def cpu_seconds(pids: set[int]) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of the process and of every process below it now (a driver JVM and its Python workers)."""
+    return cpu_seconds({pid, *descendants(pid)})
+
+
 def parent_pid(pid: int) -> int | None:
     """The parent of a live process, from /proc; None once it is gone."""
     fields = proc_stat(pid)

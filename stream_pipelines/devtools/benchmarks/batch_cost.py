@@ -57,7 +57,7 @@ from stream_pipelines.devtools.benchmarks.streaming import (
     PacedProducer,
     unknown_queries,
 )
-from stream_pipelines.devtools.processes import cpu_seconds, descendants
+from stream_pipelines.devtools.processes import tree_cpu_seconds
 
 DEFAULT_OUT = PROJECT_ROOT / "data" / "bench" / "batch_cost.json"
 SIZES = (1, 50, 500, 5_000)
@@ -70,11 +70,6 @@ BENCH_OVERRIDES = (
     # The cap would only bind above rate x trigger; the benchmark sizes batches by the rate instead.
     "kafka.max_offsets_per_trigger=null",
 )
-
-
-def jvm_tree_cpu(jvm: int) -> float:
-    """CPU seconds of the driver JVM and every Python worker under it."""
-    return cpu_seconds({jvm, *descendants(jvm)})
 
 
 def median_parts(batches: Sequence[Batch]) -> dict[str, float]:
@@ -100,10 +95,10 @@ def measure_size(
     if not loaded.settle(time.time(), args.warmup, wait_s):
         raise BenchmarkError(late)
     producer.check()
-    window_start, cpu_start, jvm_age_s = time.time(), jvm_tree_cpu(jvm), process_age_s(jvm)
+    window_start, cpu_start, jvm_age_s = time.time(), tree_cpu_seconds(jvm), process_age_s(jvm)
     if not loaded.settle(window_start, args.batches, wait_s):
         raise BenchmarkError(late)
-    window_s, cpu_s = time.time() - window_start, jvm_tree_cpu(jvm) - cpu_start
+    window_s, cpu_s = time.time() - window_start, tree_cpu_seconds(jvm) - cpu_start
     producer.check()
     queries = {}
     for query in loaded.queries:

@@ -338,14 +338,14 @@ def run_batch_step(
 ) -> BatchStep:
     """The topic's N records in one batch job, through the first ``step`` stages of the archive."""
     from stream_pipelines.apps.raw_archive import archive_rows
-    from stream_pipelines.devtools.processes import cpu_seconds, descendants
+    from stream_pipelines.devtools.processes import tree_cpu_seconds
     from stream_pipelines.registry import ARCHIVE
     from stream_pipelines.runtime import read_raw
 
     jvm = own_spark_jvm_or_fail()
     raw = read_raw(spark, config, [config.kafka.topics.sensors], streaming=False)
     output = Path(config.data_path("archive")) / f"batch-{step}-{round_}"
-    cpu_before, started = cpu_seconds({jvm, *descendants(jvm)}), time.perf_counter()
+    cpu_before, started = tree_cpu_seconds(jvm), time.perf_counter()
     if step == "read":
         raw.write.format("noop").mode("overwrite").save()
     elif step == "columns":
@@ -355,7 +355,7 @@ def run_batch_step(
     else:
         raise ValueError(f"unknown step {step!r}")
     wall = time.perf_counter() - started
-    cpu = cpu_seconds({jvm, *descendants(jvm)}) - cpu_before
+    cpu = tree_cpu_seconds(jvm) - cpu_before
     if step == "parquet":
         rows = spark.read.parquet(str(output)).count()
         shutil.rmtree(output, ignore_errors=True)
