@@ -33,6 +33,7 @@ from pathlib import Path
 
 from stream_pipelines.config import PipelineConfig, add_config_arguments, config_or_report
 from stream_pipelines.exit_codes import ExitCode
+from stream_pipelines.kafka_clients import KafkaAccessRefused, check_access
 from stream_pipelines.registry import APP_NAMES
 
 
@@ -50,6 +51,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserFacingError as error:
         print(f"pipelinectl: {error}", file=sys.stderr)
         return 1
+    except KafkaAccessRefused as error:
+        print(f"pipelinectl: {error}", file=sys.stderr)
+        return ExitCode.BAD_CONFIG
 
 
 class UserFacingError(RuntimeError):
@@ -314,11 +318,12 @@ def _produce(config: PipelineConfig, args: argparse.Namespace) -> int:
             print(f"  sent {sent}{of_total} ({rate:,.0f}/s)", file=sys.stderr, flush=True)
             last_report = now
 
+    check_access(config)
     try:
         sent = generator.produce_to_kafka(
             records,
             config.kafka.bootstrap_servers,
-            producer_config=dict(config.kafka.client_properties),
+            producer_config=config.kafka_client_config(),
             realtime=args.realtime,
             # A scenario stamped "now" is sent on the wall clock, whatever the time spent before.
             on_wall_clock=live and args.start == "now",

@@ -28,8 +28,11 @@ from pydantic import (
     Field,
     PlainSerializer,
     ValidationError,
+    field_validator,
     model_validator,
 )
+
+from stream_pipelines.kafka_security import KafkaSecurity, refuse_security_properties
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONF_DIR = PROJECT_ROOT / "conf"
@@ -195,10 +198,35 @@ class KafkaSettings(_Section):
     starting_offsets: Annotated[str, BeforeValidator(_starting_offsets)] = "earliest"
     max_offsets_per_trigger: int | None = Field(50_000, ge=1)
     fail_on_data_loss: bool = True
-    # Client properties passed to Spark as kafka.<name> and to the producer/admin clients as <name>:
-    # security.protocol, sasl.mechanism, sasl.jaas.config, ssl.truststore.location, ...
+    # Authentication and encryption, once for every client (kafka_security.py derives each one's spelling).
+    security: KafkaSecurity = KafkaSecurity()
+    # Other client properties, passed verbatim to Spark as kafka.<name> and to the project's own
+    # (librdkafka) clients as <name>: only properties both families take under the same name, such as
+    # fetch.max.wait.ms or client.id. Security settings are refused here and belong in ``security``.
     client_properties: dict[str, PropertyValue] = Field(default_factory=dict)
     topics: Topics = Topics()
+
+    @field_validator("client_properties")
+    @classmethod
+    def _no_security_properties(cls, value: dict[str, str]) -> dict[str, str]:
+        refuse_security_properties(value)
+        return value
+
+    def librdkafka_config(self) -> dict[str, str]:
+        """Properties for the project's own clients (confluent-kafka: admin, consumer, producer)."""
+        return {
+            "bootstrap.servers": self.bootstrap_servers,
+            **self.security.librdkafka_properties(),
+            **self.client_properties,
+        }
+
+    def java_client_properties(self) -> dict[str, str]:
+        """Properties for Kafka's Java client (Spark's source and sink add their ``kafka.`` prefix)."""
+        return {
+            "bootstrap.servers": self.bootstrap_servers,
+            **self.security.java_properties(),
+            **self.client_properties,
+        }
 
 
 class BrokerSettings(_Section):
@@ -445,8 +473,8 @@ class PipelineConfig(_Section):
         return f"{self.data_path('outputs')}/{name}"
 
     def kafka_client_config(self) -> dict[str, str]:
-        """Properties for confluent-kafka clients (producer, admin) talking to the same cluster."""
-        return {"bootstrap.servers": self.kafka.bootstrap_servers, **self.kafka.client_properties}
+        """Properties for confluent-kafka clients (producer, admin, consumer) talking to the same cluster."""
+        return self.kafka.librdkafka_config()
 
     @model_validator(mode="after")
     def _stores_served(self) -> PipelineConfig:
@@ -534,7 +562,9 @@ def load_config(
 
     try:
         expanded = _expand_environment(raw, environ, trail=())
-        return PipelineConfig.model_validate({**expanded, "conf_dir": conf_path})
+        return PipelineConfig.model_validate(
+            {**expanded, "conf_dir": conf_path}, context={"environ": environ}
+        )
     except ValidationError as error:
         raise ConfigError(_describe(error, source)) from None
 

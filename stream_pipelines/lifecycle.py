@@ -124,13 +124,13 @@ def preflight(config: PipelineConfig, app: App) -> ExitCode:
     started from (its resume point lands in the log). ``OK``, or the exit code of the refusal."""
     from stream_pipelines.checkpoint.inspect import CheckpointError
     from stream_pipelines.checkpoint.inspect import preflight as checkpoint_preflight
-    from stream_pipelines.topics import MissingTopicsError, require_topics
+    from stream_pipelines.topics import REFUSALS, require_topics
 
     try:
         unchecked = require_topics(config, app.name)
         if unchecked:
             _log(app.name, unchecked)
-    except MissingTopicsError as error:
+    except REFUSALS as error:
         _log(app.name, str(error))
         return ExitCode.BAD_CONFIG
     try:

@@ -151,7 +151,7 @@ class StreamingAppOperator(SparkSubmitOperator):
         from stream_pipelines.lease import Lease, live_owner
         from stream_pipelines.runtime import spark_conf
         from stream_pipelines.submit import application_args, submit_environment
-        from stream_pipelines.topics import MissingTopicsError, require_topics
+        from stream_pipelines.topics import REFUSALS, require_topics
 
         config = _config()
         wanted, why = should_run(config, self.app)
@@ -167,7 +167,7 @@ class StreamingAppOperator(SparkSubmitOperator):
             unchecked = require_topics(config, self.app)
             if unchecked:
                 self.log.warning("%s: %s", self.app, unchecked)
-        except MissingTopicsError as error:
+        except REFUSALS as error:
             raise AirflowFailException(str(error)) from None
         try:
             report = preflight(config, self.app)
@@ -433,6 +433,7 @@ def reset_checkpoint(params: dict[str, Any]) -> str:
     from stream_pipelines.checkpoint.inspect import CheckpointError
     from stream_pipelines.checkpoint.reset import parse_offsets_argument, parse_reset_time, reset
     from stream_pipelines.control import ControlStore
+    from stream_pipelines.kafka_clients import KafkaAccessRefused
 
     config = _config()
     app = params["app"]
@@ -452,7 +453,7 @@ def reset_checkpoint(params: dict[str, Any]) -> str:
             timestamp_ms=parse_reset_time(params["time"]) if params.get("time") else None,
             confirm=params.get("confirm"),
         )
-    except (CheckpointError, ValueError) as error:
+    except (CheckpointError, ValueError, KafkaAccessRefused) as error:
         raise AirflowFailException(str(error)) from None
     print(result.describe(), flush=True)
     return result.describe()

@@ -227,13 +227,12 @@ SOURCE_FETCH_MAX_WAIT_MS = 50
 def kafka_source_options(config: PipelineConfig, topics: Sequence[TopicSettings]) -> dict[str, str]:
     kafka = config.kafka
     options = {
-        "kafka.bootstrap.servers": kafka.bootstrap_servers,
         "subscribe": ",".join(topic.name for topic in topics),
         "startingOffsets": kafka.starting_offsets,
         "failOnDataLoss": str(kafka.fail_on_data_loss).lower(),
         "kafka.fetch.max.wait.ms": str(SOURCE_FETCH_MAX_WAIT_MS),
         # The deployment's client properties last: a fetch.max.wait.ms of its own wins.
-        **{f"kafka.{name}": value for name, value in kafka.client_properties.items()},
+        **_java_client_options(config),
     }
     if kafka.max_offsets_per_trigger:
         options["maxOffsetsPerTrigger"] = str(kafka.max_offsets_per_trigger)
@@ -241,11 +240,12 @@ def kafka_source_options(config: PipelineConfig, topics: Sequence[TopicSettings]
 
 
 def kafka_sink_options(config: PipelineConfig, topic: TopicSettings) -> dict[str, str]:
-    return {
-        "kafka.bootstrap.servers": config.kafka.bootstrap_servers,
-        "topic": topic.name,
-        **{f"kafka.{name}": value for name, value in config.kafka.client_properties.items()},
-    }
+    return {"topic": topic.name, **_java_client_options(config)}
+
+
+def _java_client_options(config: PipelineConfig) -> dict[str, str]:
+    """The Kafka client's properties as Spark's source and sink take them: ``kafka.<name>``."""
+    return {f"kafka.{name}": value for name, value in config.kafka.java_client_properties().items()}
 
 
 def _read_kafka(

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from stream_pipelines.config import PipelineConfig, TopicSettings
+from stream_pipelines.kafka_clients import KafkaAccessRefused, admin_client, cluster_metadata
 
 
 def ensure_topics(config: PipelineConfig, timeout_s: float = 30.0) -> dict[str, str]:
     """Create the configured topics, or grow their partitions; returns what was done per topic."""
-    from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+    from confluent_kafka.admin import NewPartitions, NewTopic
 
-    admin = AdminClient(config.kafka_client_config())
-    existing = admin.list_topics(timeout=timeout_s).topics
+    existing = cluster_metadata(config, timeout_s).topics
+    admin = admin_client(config)
     outcome: dict[str, str] = {}
     to_create: list[TopicSettings] = []
     for topic in config.kafka.topics.all():
@@ -52,14 +53,18 @@ class MissingTopicsError(RuntimeError):
     """A topic an app reads or writes does not exist: found at start-up, not by a producer time-out."""
 
 
+# What the start-up topic check refuses for good: a restart cannot fix either.
+REFUSALS = (MissingTopicsError, KafkaAccessRefused)
+
+
 def require_topics(config: PipelineConfig, app: str, timeout_s: float = 15.0) -> str | None:
-    """Refuse to start an app whose source or sink topics are missing, naming them and the fix.
+    """Refuse to start an app whose source or sink topics are missing, naming them and the fix, or
+    whose credentials or certificates the cluster refuses (``KafkaAccessRefused``).
 
     A broker that does not answer is not a configuration error: refusing would stop supervision for
     good during a broker restart. The check is then skipped with a warning (returned) and Spark's
     own clients retry the connection."""
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
 
     from stream_pipelines.registry import app as declared_app
 
@@ -70,7 +75,7 @@ def require_topics(config: PipelineConfig, app: str, timeout_s: float = 15.0) ->
     if not needed:
         return None
     try:
-        existing = set(AdminClient(config.kafka_client_config()).list_topics(timeout=timeout_s).topics)
+        existing = set(cluster_metadata(config, timeout_s).topics)
     except KafkaException as error:
         return (
             f"could not check that topic(s) {', '.join(sorted(needed))} exist: "

@@ -7,12 +7,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
-from stream_pipelines.config import PipelineConfig, load_config, override_variables
+from stream_pipelines.config import DEFAULT_CONF_DIR, PipelineConfig, load_config, override_variables
 from stream_pipelines.devtools.processes import free_port
+from stream_pipelines.devtools.tls import Identity, LoopbackPki, make_test_pki
 
 
 @pytest.fixture(scope="session")
@@ -56,13 +59,69 @@ def make_overrides_config(overrides: list[str]) -> PipelineConfig:
     return load_config("local", overrides)
 
 
+@dataclass(frozen=True)
+class SecuredKafka:
+    """The session broker's secured listeners: SASL_SSL with a SCRAM-SHA-512 user, and mutual TLS."""
+
+    pki: LoopbackPki
+    sasl_ssl_port: int
+    ssl_port: int
+    user: str
+    password: str
+    password_variable: str = "KAFKA_PASSWORD"
+
+    def sasl_ssl(self) -> list[str]:
+        """conf/cluster.yaml's kafka.security as it stands, pointed at this broker and its test CA: the
+        username and the password come from the environment (``environment``), as there."""
+        cluster = yaml.safe_load((DEFAULT_CONF_DIR / "cluster.yaml").read_text())["kafka"]["security"]
+        assert cluster["protocol"] == "SASL_SSL" and cluster["sasl_password_env"] == self.password_variable
+        settings = {**cluster, "ca_file": str(self.pki.ca)}
+        return [
+            f"kafka.bootstrap_servers=127.0.0.1:{self.sasl_ssl_port}",
+            *(f"kafka.security.{key}={value}" for key, value in settings.items()),
+        ]
+
+    def mutual_tls(self, identity: Identity | None = None, ca: Path | None = None) -> list[str]:
+        identity = identity or self.pki.client
+        return [
+            f"kafka.bootstrap_servers=127.0.0.1:{self.ssl_port}",
+            "kafka.security.protocol=SSL",
+            f"kafka.security.ca_file={ca or self.pki.ca}",
+            f"kafka.security.certificate_file={identity.certificate}",
+            f"kafka.security.key_file={identity.key}",
+        ]
+
+    def environment(self, password: str | None = None) -> dict[str, str]:
+        return {"KAFKA_USERNAME": self.user, self.password_variable: password or self.password}
+
+
 @pytest.fixture(scope="session")
-def broker(session_root: Path, broker_ports: tuple[int, int]) -> Iterator[PipelineConfig]:
-    """A real single-node KRaft broker on loopback for the whole session; yields its config."""
-    from stream_pipelines.devtools.broker import LocalBroker
+def secured_kafka(session_root: Path) -> SecuredKafka:
+    import secrets
+
+    return SecuredKafka(
+        make_test_pki(session_root / "tls"), free_port(), free_port(), "pipeline", secrets.token_urlsafe(16)
+    )
+
+
+@pytest.fixture(scope="session")
+def broker(
+    session_root: Path, broker_ports: tuple[int, int], secured_kafka: SecuredKafka
+) -> Iterator[PipelineConfig]:
+    """A real single-node KRaft broker on loopback for the whole session; yields its (plaintext) config.
+    It also serves the secured listeners of ``secured_kafka``."""
+    from stream_pipelines.devtools.broker import LocalBroker, SecuredListeners
 
     config = config_for(session_root / "broker-root", broker_ports)
-    local = LocalBroker(config)
+    secured = secured_kafka
+    listeners = SecuredListeners(
+        secured.sasl_ssl_port,
+        secured.ssl_port,
+        secured.pki.broker_keystore,
+        secured.pki.ca,
+        {secured.user: secured.password},
+    )
+    local = LocalBroker(config, listeners)
     local.start()
     try:
         yield config

@@ -540,6 +540,9 @@ def _resolve_kafka_offsets(
         )
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+    from stream_pipelines.kafka_clients import check_access
+
+    check_access(config)
     topics = sorted({topic for spec in specs for topic in spec.topics})
     consumer = Consumer(
         {

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,9 +55,35 @@ class BrokerStatus:
         return f"broker: running, pid {self.pid}, {state} on {self.bootstrap}"
 
 
+@dataclass(frozen=True)
+class SecuredListeners:
+    """Two more listeners beside the plaintext one, as a secured production cluster has them: SASL_SSL
+    with SCRAM-SHA-512 users, and SSL that requires a client certificate signed by the CA (mutual TLS).
+    The plaintext listener stays: the broker's own traffic and every other local client use it."""
+
+    sasl_ssl_port: int
+    ssl_port: int
+    keystore: Path  # the broker's PKCS#8 key and certificate chain, one PEM file
+    ca: Path  # the CA whose client certificates the SSL listener accepts
+    users: Mapping[str, str]  # SCRAM-SHA-512 user -> password
+
+    def properties(self) -> dict[str, str]:
+        scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        return {
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": scram,
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(self.keystore),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.ca),
+            "listener.name.ssl.ssl.client.auth": "required",
+        }
+
+
 class LocalBroker:
-    def __init__(self, config: PipelineConfig) -> None:
+    def __init__(self, config: PipelineConfig, secured: SecuredListeners | None = None) -> None:
         self.config = config
+        self.secured = secured
         self.settings = config.broker
         self.home = Path(config.data_path("broker"))
         self.log_dir = self.home / "log"
@@ -73,7 +100,7 @@ class LocalBroker:
             if not current.ready:
                 self._wait_until_ready(current.pid)
             return self.status()
-        for port in (self.settings.port, self.settings.controller_port):
+        for port in self._ports():
             if not _port_is_free(port):
                 raise BrokerError(
                     f"port {port} on {LISTEN_HOST} is already taken by another process, so the local broker "
@@ -109,7 +136,38 @@ class LocalBroker:
             )
         self.pid_file.write_text(str(process.pid))
         self._wait_until_ready(process.pid)
+        self._create_scram_users()
         return self.status()
+
+    def _ports(self) -> list[int]:
+        ports = [self.settings.port, self.settings.controller_port]
+        if self.secured is not None:
+            ports += [self.secured.sasl_ssl_port, self.secured.ssl_port]
+        return ports
+
+    def _create_scram_users(self) -> None:
+        """The SASL_SSL listener's users, set over the plaintext listener (idempotent: an upsert)."""
+        if self.secured is None or not self.secured.users:
+            return
+        from confluent_kafka.admin import (
+            AdminClient,
+            ScramCredentialInfo,
+            ScramMechanism,
+            UserScramCredentialUpsertion,
+        )
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        upserts = [
+            UserScramCredentialUpsertion(
+                user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), password.encode()
+            )
+            for user, password in self.secured.users.items()
+        ]
+        for user, future in admin.alter_user_scram_credentials(upserts).items():
+            try:
+                future.result(30)
+            except Exception as error:
+                raise BrokerError(f"could not create the SCRAM user {user!r}: {error}") from None
 
     def stop(self, timeout_s: float = 30.0) -> bool:
         """Controlled shutdown, SIGKILL after timeout_s. Returns False if it was not running."""
@@ -143,15 +201,20 @@ class LocalBroker:
 
     def _write_properties(self) -> None:
         port, controller = self.settings.port, self.settings.controller_port
+        served = {"PLAINTEXT": port}
+        if self.secured is not None:
+            served |= {"SASL_SSL": self.secured.sasl_ssl_port, "SSL": self.secured.ssl_port}
+        advertised = ",".join(f"{name}://{LISTEN_HOST}:{number}" for name, number in served.items())
         properties = {
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.voters": f"1@{LISTEN_HOST}:{controller}",
-            "listeners": f"PLAINTEXT://{LISTEN_HOST}:{port},CONTROLLER://{LISTEN_HOST}:{controller}",
-            "advertised.listeners": f"PLAINTEXT://{LISTEN_HOST}:{port}",
+            "listeners": f"{advertised},CONTROLLER://{LISTEN_HOST}:{controller}",
+            "advertised.listeners": advertised,
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": ",".join(f"{name}:{name}" for name in served)
+            + ",CONTROLLER:PLAINTEXT",
             "log.dirs": str(self.log_dir),
             "num.partitions": "3",
             "offsets.topic.replication.factor": "1",
@@ -167,6 +230,7 @@ class LocalBroker:
             "log.retention.bytes": str(2 * 1024**3),
             "log.message.timestamp.before.max.ms": str(2**63 - 1),
             "auto.create.topics.enable": "false",
+            **(self.secured.properties() if self.secured is not None else {}),
         }
         self.properties_file.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
 

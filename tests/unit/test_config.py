@@ -85,14 +85,18 @@ def test_environment_variable_override_is_validated_and_named():
     assert "spark.shuffle_partitions" in message
 
 
-def test_secrets_come_from_the_environment_and_a_missing_one_is_named():
-    message = error_for(env="cluster")
-    assert (
-        "kafka.client_properties.sasl.jaas.config: environment variable KAFKA_USERNAME is not set" in message
-    )
-    environ = {"KAFKA_USERNAME": "svc", "KAFKA_PASSWORD": "s3cret", "KAFKA_TRUSTSTORE_PASSWORD": "t"}
-    config = load_config("cluster", environ=environ)
-    assert 'password="s3cret"' in config.kafka.client_properties["sasl.jaas.config"]
+def test_secrets_come_from_the_environment_and_a_missing_one_is_named(tmp_path):
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n")
+    on_this_host = f"kafka.security.ca_file={ca}"
+    message = error_for(on_this_host, env="cluster")
+    assert "kafka.security.sasl_username: environment variable KAFKA_USERNAME is not set" in message
+    message = error_for(on_this_host, env="cluster", environ={"KAFKA_USERNAME": "svc"})
+    assert "sasl_password_env: environment variable KAFKA_PASSWORD is not set" in message
+    environ = {"KAFKA_USERNAME": "svc", "KAFKA_PASSWORD": "s3cret"}
+    config = load_config("cluster", [on_this_host], environ=environ)
+    assert 'password="s3cret"' in config.kafka.java_client_properties()["sasl.jaas.config"]
+    assert config.kafka_client_config()["sasl.password"] == "s3cret"
     assert config.spark.master.startswith("spark://")
     assert config.data_path("archive") == "s3a://pipeline-data/archive"
     assert (
@@ -118,11 +122,11 @@ def test_every_value_can_be_overridden_through_a_section_that_is_a_value():
 def test_spark_and_kafka_property_names_keep_their_dots():
     config = load_config(
         "local",
-        ["spark.extra_conf.spark.executor.memory=3g", "kafka.client_properties.security.protocol=SSL"],
+        ["spark.extra_conf.spark.executor.memory=3g", "kafka.client_properties.client.id=pipeline"],
         environ={},
     )
     assert config.spark.extra_conf["spark.executor.memory"] == "3g"
-    assert config.kafka.client_properties["security.protocol"] == "SSL"
+    assert config.kafka.client_properties["client.id"] == "pipeline"
 
 
 def test_spark_and_kafka_property_values_are_strings_however_yaml_reads_them(tmp_path):

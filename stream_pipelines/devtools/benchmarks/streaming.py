@@ -499,7 +499,7 @@ class PacedProducer:
                 generator.produce_to_kafka(
                     self._paced(records, version),
                     self.config.kafka.bootstrap_servers,
-                    producer_config=dict(self.config.kafka.client_properties),
+                    producer_config=self.config.kafka_client_config(),
                 )
         except BaseException as error:  # handed to the main thread by check()
             self.error = error
