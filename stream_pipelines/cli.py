@@ -322,8 +322,7 @@ def _produce(config: PipelineConfig, args: argparse.Namespace) -> int:
     try:
         sent = generator.produce_to_kafka(
             records,
-            config.kafka.bootstrap_servers,
-            producer_config=config.kafka_client_config(),
+            config.kafka_client_config(),
             realtime=args.realtime,
             # A scenario stamped "now" is sent on the wall clock, whatever the time spent before.
             on_wall_clock=live and args.start == "now",

@@ -27,6 +27,13 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, SecretStr, ValidationIn
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 
+# The Java client's properties that carry a secret or key material. Spark prints a source's options in
+# its plans (explain, the UI's SQL tab) unless they match spark.sql.redaction.options.regex, whose
+# default is only "(?i)url".
+SECRET_OPTIONS_PATTERN = (
+    r"(?i)url|jaas|password|ssl\.keystore\.key|ssl\.keystore\.certificate|ssl\.truststore\.certificates"
+)
+
 # Where the settings are documented; errors point there.
 DOC = "docs/clusters.md#kafka-authentication-and-encryption"
 

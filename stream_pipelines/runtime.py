@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Literal
 from stream_pipelines import class_archive, jvm, registry
 from stream_pipelines.checkpoint.format import STATE_STORE_PROVIDERS
 from stream_pipelines.config import PipelineConfig, TopicSettings
+from stream_pipelines.kafka_security import SECRET_OPTIONS_PATTERN
 from stream_pipelines.parsing import RAW_SCHEMA
 from stream_pipelines.store import uses_object_store
 
@@ -52,6 +53,7 @@ def spark_conf(config: PipelineConfig, app: str | None = None) -> dict[str, str]
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.memory": settings.driver_memory,
         "spark.sql.streaming.metricsEnabled": "true",
+        "spark.sql.redaction.options.regex": SECRET_OPTIONS_PATTERN,
     }
     if settings.master.startswith("local"):
         conf["spark.driver.host"] = "127.0.0.1"

@@ -94,7 +94,7 @@ def test_kill_minus_nine_changes_no_output_row(spark, broker, broker_ports, tmp_
         ad_rate=4,
         topics=generator.TopicNames(f"sensors-{suffix}", f"impressions-{suffix}", f"clicks-{suffix}"),
     )
-    generator.produce_to_kafka(generator.generate(spec), baseline.kafka.bootstrap_servers)
+    generator.produce_to_kafka(generator.generate(spec), baseline.kafka_client_config())
 
     code, _ = run_in_process(spark, baseline, module)
     assert code == 0

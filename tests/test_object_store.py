@@ -56,7 +56,7 @@ def test_the_raw_archive_on_s3_survives_a_kill_minus_nine_exactly_once(
         topics=generator.TopicNames(*(topic.name for topic in config.kafka.topics.inputs())),
     )
     records = generator.generate(spec)
-    generator.produce_to_kafka(records, config.kafka.bootstrap_servers)
+    generator.produce_to_kafka(records, config.kafka_client_config())
 
     checkpoint = store.location(config, config.checkpoint_dir("raw_archive", "archive"))
 
@@ -136,7 +136,7 @@ def test_ad_matching_on_s3_agrees_with_the_nightly_exact_recompute(broker, make_
         topics=generator.TopicNames(*(topic.name for topic in config.kafka.topics.inputs())),
     )
     records = generator.generate(spec)
-    generator.produce_to_kafka(records, config.kafka.bootstrap_servers)
+    generator.produce_to_kafka(records, config.kafka_client_config())
 
     day = spec.start.date()
     run_then_reconcile(["raw_archive", "ad_matching"], overrides, day, tmp_path / "spark-submit.log")

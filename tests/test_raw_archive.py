@@ -41,7 +41,7 @@ def test_kill_minus_nine_mid_batch_loses_and_duplicates_nothing(spark, broker, m
     records = generator.generate(spec)
     malformed = sum(r.kind.startswith("malformed:") for r in records)
     assert malformed > 0
-    generator.produce_to_kafka(records, config.kafka.bootstrap_servers)
+    generator.produce_to_kafka(records, config.kafka_client_config())
 
     checkpoint = Path(config.checkpoint_dir("raw_archive", "archive"))
     app = run_app("raw_archive", "processing", overrides)

@@ -87,7 +87,7 @@ def test_raw_archive_runs_on_the_standalone_cluster(spark, broker, cluster, make
     records = generator.generate(
         generator.ScenarioSpec(seed=5, duration_s=60, sensor_rate=4, ad_rate=2, topics=topics)
     )
-    generator.produce_to_kafka(records, config.kafka.bootstrap_servers)
+    generator.produce_to_kafka(records, config.kafka_client_config())
 
     driver_log = tmp_path / "raw_archive.driver.log"
     code = run_to_completion("raw_archive", overrides, driver_log)

@@ -56,7 +56,7 @@ def archive_setup(broker, make_overrides):
         topics=generator.TopicNames(*(topic.name for topic in config.kafka.topics.inputs())),
     )
     records = generator.generate(spec)
-    generator.produce_to_kafka(records, config.kafka.bootstrap_servers)
+    generator.produce_to_kafka(records, config.kafka_client_config())
     return overrides, config, records
 
 

@@ -103,7 +103,7 @@ def _run(config: PipelineConfig, overrides: Sequence[str], broker) -> int:
             match_interval_s=config.ads.match_interval.seconds,
         )
         records = generator.generate(spec)
-        generator.produce_to_kafka(records, config.kafka.bootstrap_servers)
+        generator.produce_to_kafka(records, config.kafka_client_config())
         summary = generator.summarize(records)
         say(f"produced {len(records)} events (20 minutes of event time ending now, seed {spec.seed})")
         for name, count in sorted(summary.items()):

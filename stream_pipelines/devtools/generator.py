@@ -30,7 +30,7 @@ import os
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -945,15 +945,17 @@ def write_jsonl(records: Iterable[Record], out_dir: Path, records_per_file: int 
 
 def produce_to_kafka(
     records: Iterable[Record],
-    bootstrap_servers: str,
+    client_config: Mapping[str, str],
     *,
-    producer_config: dict[str, Any] | None = None,
     realtime: bool = False,
     on_wall_clock: bool = False,
     progress: Callable[[int], None] | None = None,
     flush_timeout_s: float = 120.0,
 ) -> int:
     """Send records to their explicit partitions with CreateTime = delivery_time; return the count.
+
+    ``client_config`` is the cluster's librdkafka settings (``PipelineConfig.kafka_client_config()``:
+    bootstrap servers and security); they win over the producer defaults here.
 
     ``realtime`` paces sends to the records' delivery times relative to the first record; otherwise
     they go out as fast as the producer accepts them. ``on_wall_clock`` (with ``realtime``) paces them
@@ -968,14 +970,14 @@ def produce_to_kafka(
     """
     from confluent_kafka import Producer
 
-    config: dict[str, Any] = {
-        "bootstrap.servers": bootstrap_servers,
-        # Idempotence keeps retried batches in order, so a partition sees the generated order.
-        "enable.idempotence": True,
-        "linger.ms": 20,
-    }
-    config.update(producer_config or {})
-    producer = Producer(config)
+    producer = Producer(
+        {
+            # Idempotence keeps retried batches in order, so a partition sees the generated order.
+            "enable.idempotence": True,
+            "linger.ms": 20,
+            **client_config,
+        }
+    )
 
     failures: list[str] = []
 

@@ -39,6 +39,8 @@ from stream_pipelines.devtools.generator import (
 )
 from stream_pipelines.devtools.partitioning import kafka_default_partition, murmur2, to_positive
 
+LOCALHOST = {"bootstrap.servers": "localhost:9092"}
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DELAY_KINDS = (ON_TIME, LATE_WITHIN, LATE_BEYOND)
 TIME_FIELDS = {"sensors": "ts", "impressions": "shown_at", "clicks_ads": "clicked_at"}
@@ -567,7 +569,7 @@ def test_produce_sends_explicit_partition_key_and_create_time(fake_kafka: type[_
     records = generate(ScenarioSpec(duration_s=20))
     progress: list[int] = []
     sent = produce_to_kafka(
-        records, "localhost:9092", producer_config={"linger.ms": 5}, progress=progress.append
+        records, {"bootstrap.servers": "localhost:9092", "linger.ms": 5}, progress=progress.append
     )
     assert sent == len(records)
     assert progress[-1] == len(records)
@@ -587,7 +589,7 @@ def test_produce_raises_on_failed_delivery(fake_kafka: type[_FakeProducer]) -> N
     records = generate(ScenarioSpec(duration_s=20))
     failing_topic = next(r.topic for r in records if r.partition == 2)
     with pytest.raises(RuntimeError, match=f"topic {failing_topic} partition 2: Broker: Not leader"):
-        produce_to_kafka(records, "localhost:9092")
+        produce_to_kafka(records, LOCALHOST)
 
 
 def test_produce_realtime_paces_to_delivery_times(fake_kafka: type[_FakeProducer]) -> None:
@@ -597,7 +599,7 @@ def test_produce_realtime_paces_to_delivery_times(fake_kafka: type[_FakeProducer
         for n in range(3)
     ]
     started = time.monotonic()
-    assert produce_to_kafka(paced, "localhost:9092", realtime=True) == 3
+    assert produce_to_kafka(paced, LOCALHOST, realtime=True) == 3
     assert time.monotonic() - started >= 0.28
 
 
@@ -613,6 +615,6 @@ def test_produce_on_wall_clock_sends_due_records_at_once_and_later_ones_at_their
     ]
     sent_at: list[float] = []
     monkeypatch.setattr(fake_kafka, "produce", lambda self, topic, **kwargs: sent_at.append(time.time()))
-    assert produce_to_kafka(records, "localhost:9092", realtime=True, on_wall_clock=True) == 2
+    assert produce_to_kafka(records, LOCALHOST, realtime=True, on_wall_clock=True) == 2
     assert sent_at[0] - now.timestamp() < 1.0
     assert sent_at[1] >= records[1].delivery_time.timestamp()

@@ -171,8 +171,7 @@ def produce_dataset(config: PipelineConfig, events: int, interrupts: Interrupts)
 
     sent = generator.produce_to_kafka(
         counted(itertools.islice(generator.iter_generate(spec), events)),
-        config.kafka.bootstrap_servers,
-        producer_config=config.kafka_client_config(),
+        config.kafka_client_config(),
         progress=progress,
     )
     if sent != events:

@@ -178,7 +178,7 @@ def produce_events(config: PipelineConfig) -> int:
     from stream_pipelines.devtools import generator
 
     spec = generator.recent_scenario(seed=11, match_interval_s=config.ads.match_interval.seconds)
-    return generator.produce_to_kafka(generator.generate(spec), config.kafka.bootstrap_servers)
+    return generator.produce_to_kafka(generator.generate(spec), config.kafka_client_config())
 
 
 def run_benchmark(args: argparse.Namespace, interrupts: Interrupts) -> dict[str, Any]:

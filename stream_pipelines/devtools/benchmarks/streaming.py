@@ -498,8 +498,7 @@ class PacedProducer:
                 records = (record for chunk in generator.generate_chunks(spec, 1.0) for record in chunk)
                 generator.produce_to_kafka(
                     self._paced(records, version),
-                    self.config.kafka.bootstrap_servers,
-                    producer_config=self.config.kafka_client_config(),
+                    self.config.kafka_client_config(),
                 )
         except BaseException as error:  # handed to the main thread by check()
             self.error = error
