@@ -1,8 +1,9 @@
-"""spark-submit entry point; the app lives in stream_pipelines.apps.ad_matching."""
+"""spark-submit entry point of ad_matching: its life is stream_pipelines.lifecycle's, its queries
+are built by stream_pipelines.apps.ad_matching."""
 
 import sys
 
-from stream_pipelines.apps.ad_matching import main
+from stream_pipelines.lifecycle import run_app
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_app("ad_matching"))

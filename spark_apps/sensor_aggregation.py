@@ -1,8 +1,9 @@
-"""spark-submit entry point; the app lives in stream_pipelines.apps.sensor_aggregation."""
+"""spark-submit entry point of sensor_aggregation: its life is stream_pipelines.lifecycle's, its queries
+are built by stream_pipelines.apps.sensor_aggregation."""
 
 import sys
 
-from stream_pipelines.apps.sensor_aggregation import main
+from stream_pipelines.lifecycle import run_app
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_app("sensor_aggregation"))

@@ -163,7 +163,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _setup_jvm(config: PipelineConfig, args: argparse.Namespace) -> int:
-    from stream_pipelines import class_archive, jvm
+    from stream_pipelines import class_archive_training, jvm
 
     try:
         print(f"java {jvm.check_java()} at {jvm.java_executable()}")
@@ -171,8 +171,8 @@ def _setup_jvm(config: PipelineConfig, args: argparse.Namespace) -> int:
             folder = jvm.resolve(bundle)
             print(f"{bundle}: {len(jvm.jars(bundle))} jars in {folder}")
         # Progress goes to stderr: `make setup` keeps this command's stdout quiet, not a minute's wait.
-        archive = class_archive.ensure(config, say=lambda line: print(line, file=sys.stderr))
-    except (jvm.JvmSetupError, class_archive.ClassArchiveError) as error:
+        archive = class_archive_training.ensure(config, say=lambda line: print(line, file=sys.stderr))
+    except (jvm.JvmSetupError, class_archive_training.ClassArchiveError) as error:
         raise UserFacingError(str(error)) from None
     print(f"class archive: {archive}" if archive else "class archive: off (spark.class_archive)")
     return 0

@@ -33,6 +33,7 @@ from pydantic import (
 )
 
 from stream_pipelines.kafka_security import KafkaSecurity, refuse_security_properties
+from stream_pipelines.store import SERVED_SCHEMES, STORED_PATHS, StoreError, s3_options
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONF_DIR = PROJECT_ROOT / "conf"
@@ -250,21 +251,6 @@ class SourceSettings(_Section):
     # For kind=files: JSON lines under <files_dir>/<topic name>/, one event per line.
     files_dir: str = "data/replay"
     max_files_per_trigger: int | None = Field(None, ge=1)
-
-
-# The ``paths`` entries the project's own file layer (``store``) reads and writes, and where it can.
-STORED_PATHS = (
-    "archive",
-    "quarantine",
-    "checkpoints",
-    "outputs",
-    "batch_log",
-    "control",
-    "reports",
-    "compliance",
-    "gx",
-)
-SERVED_SCHEMES = ("file", "s3a", "s3")
 
 
 class PathSettings(_Section):
@@ -488,8 +474,6 @@ class PipelineConfig(_Section):
                     f"the control records and the batch log cannot read or write; use a local path, "
                     f"file:// (a folder every host mounts) or s3a:// (see README, Running on a cluster)"
                 )
-        from stream_pipelines.store import StoreError, s3_options
-
         try:
             s3_options(self.spark.extra_conf)
         except StoreError as error:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import re
 import signal
@@ -162,8 +163,21 @@ def start_queries(config: PipelineConfig, app: App, spark: SparkSession) -> list
     """The app's queries as declared; a new checkpoint remembers the settings that shape its state."""
     from stream_pipelines.checkpoint.inspect import record_fingerprints
 
-    sinks = app.build_sinks(spark, config)
+    sinks = build_sinks(app, spark, config)
     record_fingerprints(config, app.name)
+    return sinks
+
+
+def build_sinks(app: App, spark: SparkSession, config: PipelineConfig) -> list[StreamSink]:
+    """The app's queries from its module (``app.module``), checked against its declaration (names and
+    order): the registry declares, the app module builds."""
+    sinks = importlib.import_module(app.module).build_sinks(spark, config)
+    built = tuple(sink.name for sink in sinks)
+    if built != app.query_names:
+        raise RuntimeError(
+            f"{app.module}.build_sinks built queries {built}, but the registry declares "
+            f"{app.query_names} for {app.name}: change both together"
+        )
     return sinks
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stream_pipelines import registry, store
+from stream_pipelines.runtime import read_dataset_day
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -226,7 +227,7 @@ def raw_events_gate(config: PipelineConfig, day: date, spark: SparkSession) -> G
 
     archive = events.read_archive(spark, config, day)
     topics = config.kafka.topics
-    cutoff = events.arrival_cutoff(day, config.reconciliation.late_horizon)
+    cutoff = registry.arrival_cutoff(day, config.reconciliation.late_horizon)
     result = validate(config, archive, RAW_EVENTS, day, raw_events_expectations(day, cutoff))
     result.rows = archive.count()
     result.quarantine = events.quarantine_counts(
@@ -238,14 +239,14 @@ def raw_events_gate(config: PipelineConfig, day: date, spark: SparkSession) -> G
 
 
 def streaming_outputs_gate(config: PipelineConfig, day: date, spark: SparkSession) -> GateResult:
-    of_day = with_range_columns(registry.SENSOR_WINDOWS.read_day(spark, config, day))
+    of_day = with_range_columns(read_dataset_day(spark, config, registry.SENSOR_WINDOWS, day))
     result = validate(config, of_day, STREAMING_OUTPUTS, day, window_expectations())
     result.rows = of_day.count()
     return result
 
 
 def compliance_gate(config: PipelineConfig, day: date, spark: SparkSession) -> GateResult:
-    of_day = with_range_columns(registry.COMPLIANCE_WINDOWS.read_day(spark, config, day))
+    of_day = with_range_columns(read_dataset_day(spark, config, registry.COMPLIANCE_WINDOWS, day))
     result = validate(config, of_day, COMPLIANCE, day, compliance_expectations(day))
     result.rows = of_day.count()
     return result

@@ -16,19 +16,17 @@ Importing this module is cheap (no pyspark): the DAG files import it when Airflo
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from stream_pipelines.config import PROJECT_ROOT, Duration, PipelineConfig, TopicSettings
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import Column
     from pyspark.sql.types import StructType
 
-    from stream_pipelines.runtime import StreamSink
 
 # --------------------------------------------------------------------------- datasets
 
@@ -100,23 +98,26 @@ class Dataset:
         from pyspark.sql import functions as F
 
         if self.day_rule == "arrival_window":
-            from stream_pipelines.reconciliation.events import arrival_dates
-
             days = arrival_dates(day, config.reconciliation.late_horizon)
             return F.col(self.day_column).cast("string").isin(days)
         if self.day_rule == "partition":
             return F.col(self.day_column).cast("string") == day.isoformat()
         return F.to_date(self.day_column).cast("string") == day.isoformat()
 
-    def read(self, spark: SparkSession, config: PipelineConfig) -> DataFrame:
-        """The committed rows (a file sink's log honoured), or an empty frame of this schema."""
-        from stream_pipelines.runtime import read_parquet_or_none
 
-        frame = read_parquet_or_none(spark, self.location(config))
-        return frame if frame is not None else spark.createDataFrame([], self.schema())
+def arrival_dates(day: date, horizon: Duration) -> list[str]:
+    """The raw archive's arrival days that can hold events of day D: D-1 (clock skew can stamp an event
+    after its arrival) through the last day the horizon reaches."""
+    last_arrival = arrival_cutoff(day, horizon) - timedelta(microseconds=1)
+    return [
+        (day + timedelta(days=offset)).isoformat()
+        for offset in range(-1, (last_arrival.date() - day).days + 1)
+    ]
 
-    def read_day(self, spark: SparkSession, config: PipelineConfig, day: date) -> DataFrame:
-        return self.read(spark, config).where(self.day_filter(day, config))
+
+def arrival_cutoff(day: date, horizon: Duration) -> datetime:
+    """Arrivals at or after this moment are outside D's horizon."""
+    return datetime.combine(day + timedelta(days=1), datetime.min.time()) + timedelta(seconds=horizon.seconds)
 
 
 _SENSOR_WINDOW_DDL = (
@@ -276,7 +277,7 @@ class App:
 
     @property
     def entry_point(self) -> str:
-        """The spark-submit script (``spark_apps/<name>.py``, one line calling the app's ``main``)."""
+        """The spark-submit script, ``spark_apps/<name>.py``: it runs ``lifecycle.run_app``."""
         return str(PROJECT_ROOT / "spark_apps" / f"{self.name}.py")
 
     def trigger(self, config: PipelineConfig) -> Duration:
@@ -290,17 +291,6 @@ class App:
 
     def sink_topic_names(self, config: PipelineConfig) -> set[str]:
         return {topic.name for query in self.queries if (topic := query.sink_topic_settings(config))}
-
-    def build_sinks(self, spark: SparkSession, config: PipelineConfig) -> list[StreamSink]:
-        """The app's queries, checked against this declaration (names and order)."""
-        sinks = importlib.import_module(self.module).build_sinks(spark, config)
-        built = tuple(sink.name for sink in sinks)
-        if built != self.query_names:
-            raise RuntimeError(
-                f"{self.module}.build_sinks built queries {built}, but the registry declares "
-                f"{self.query_names} for {self.name}: change both together"
-            )
-        return sinks
 
 
 def _window_state(column: str, window: Duration, slide: Duration | None = None) -> dict[str, Any]:

@@ -25,6 +25,8 @@ from stream_pipelines.parsing import RAW_SCHEMA
 from stream_pipelines.store import uses_object_store
 
 if TYPE_CHECKING:
+    from datetime import date
+
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
@@ -217,6 +219,19 @@ def read_parquet_or_none(spark: SparkSession, path: str) -> DataFrame | None:
     except AnalysisException:
         # A folder with nothing readable in it yet (no committed file): no data either.
         return None
+
+
+def read_dataset(spark: SparkSession, config: PipelineConfig, dataset: registry.Dataset) -> DataFrame:
+    """A dataset's committed rows (a file sink's log honoured), or an empty frame of its schema."""
+    frame = read_parquet_or_none(spark, dataset.location(config))
+    return frame if frame is not None else spark.createDataFrame([], dataset.schema())
+
+
+def read_dataset_day(
+    spark: SparkSession, config: PipelineConfig, dataset: registry.Dataset, day: date
+) -> DataFrame:
+    """The rows of event day D, by the dataset's day rule."""
+    return read_dataset(spark, config, dataset).where(dataset.day_filter(day, config))
 
 
 # A consumer fetches ahead after each poll; at the end of a batch's range the broker holds that fetch

@@ -49,6 +49,19 @@ if TYPE_CHECKING:
 
 # Hadoop's S3A keys (as set in spark.extra_conf) that say how to reach the store.
 S3A_PREFIX = "spark.hadoop.fs.s3a."
+# The ``paths`` entries the project's own file layer reads and writes, and the stores it can serve.
+STORED_PATHS = (
+    "archive",
+    "quarantine",
+    "checkpoints",
+    "outputs",
+    "batch_log",
+    "control",
+    "reports",
+    "compliance",
+    "gx",
+)
+SERVED_SCHEMES = ("file", "s3a", "s3")
 OBJECT_STORE_SCHEMES = ("s3a", "s3")
 
 
@@ -99,8 +112,6 @@ def s3_options(extra_conf: dict[str, str]) -> dict[str, Any]:
 
 def uses_object_store(config: PipelineConfig) -> bool:
     """Whether anything the config reads or writes is on S3 (then Spark needs its S3A connector)."""
-    from stream_pipelines.config import STORED_PATHS
-
     locations = [config.data_path(name) for name in STORED_PATHS]
     locations += [
         config.project_path(config.source.files_dir),

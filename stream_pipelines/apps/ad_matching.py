@@ -14,7 +14,6 @@ deliveries of the same event_id within the watermark.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame
@@ -127,9 +126,3 @@ def build_sinks(spark: SparkSession, config: PipelineConfig) -> list[StreamSink]
         ),
         file_sink(config, query("quarantine"), quarantine),
     ]
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from stream_pipelines.lifecycle import run_app
-
-    return run_app(APP, argv)

@@ -8,7 +8,6 @@ together with the checkpointed offsets: after any crash, each (topic, partition,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame
@@ -47,9 +46,3 @@ def build_sinks(spark: SparkSession, config: PipelineConfig) -> list[StreamSink]
 
     raw = read_raw(spark, config, config.kafka.topics.inputs())
     return [file_sink(config, RAW_ARCHIVE.query("archive"), archive_rows(raw))]
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from stream_pipelines.lifecycle import run_app
-
-    return run_app(APP, argv)

@@ -17,7 +17,6 @@ the stream and corrected by the nightly reconciliation (exact recompute with one
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pyspark.sql import Column, DataFrame
@@ -126,9 +125,3 @@ def build_sinks(spark: SparkSession, config: PipelineConfig) -> list[StreamSink]
             quarantined_events(observe_quarantine(parsed(), "sensors"), SENSOR_READING),
         ),
     ]
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from stream_pipelines.lifecycle import run_app
-
-    return run_app(APP, argv)

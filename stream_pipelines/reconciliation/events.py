@@ -6,7 +6,7 @@ A *delivery* is one archived record (one Kafka offset, or one line of a replay f
 
 from __future__ import annotations
 
-from datetime import date, datetime, timedelta
+from datetime import date
 from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame, Window
@@ -14,27 +14,14 @@ from pyspark.sql import functions as F
 
 from stream_pipelines import registry
 from stream_pipelines.parsing import EventType, parse_events, quarantined_events, valid_events
+from stream_pipelines.runtime import read_dataset_day
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from pyspark.sql import SparkSession
 
-    from stream_pipelines.config import Duration, PipelineConfig, TopicSettings
-
-
-def arrival_dates(day: date, horizon: Duration) -> list[str]:
-    """D-1 (clock skew can stamp an event after its arrival) through the last day the horizon reaches."""
-    last_arrival = arrival_cutoff(day, horizon) - timedelta(microseconds=1)
-    return [
-        (day + timedelta(days=offset)).isoformat()
-        for offset in range(-1, (last_arrival.date() - day).days + 1)
-    ]
-
-
-def arrival_cutoff(day: date, horizon: Duration) -> datetime:
-    """Arrivals at or after this moment are outside D's horizon."""
-    return datetime.combine(day + timedelta(days=1), datetime.min.time()) + timedelta(seconds=horizon.seconds)
+    from stream_pipelines.config import PipelineConfig, TopicSettings
 
 
 def read_archive(spark: SparkSession, config: PipelineConfig, day: date) -> DataFrame:
@@ -42,8 +29,8 @@ def read_archive(spark: SparkSession, config: PipelineConfig, day: date) -> Data
 
     No archive yet (a new deployment) is an empty day, not a crash.
     """
-    cutoff = arrival_cutoff(day, config.reconciliation.late_horizon)
-    return registry.ARCHIVE.read_day(spark, config, day).where(
+    cutoff = registry.arrival_cutoff(day, config.reconciliation.late_horizon)
+    return read_dataset_day(spark, config, registry.ARCHIVE, day).where(
         F.col("kafka_timestamp").isNull() | (F.col("kafka_timestamp") < F.lit(cutoff))
     )
 

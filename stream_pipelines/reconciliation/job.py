@@ -32,6 +32,7 @@ from stream_pipelines.config import PROJECT_ROOT, PipelineConfig, add_config_arg
 from stream_pipelines.exit_codes import ExitCode
 from stream_pipelines.parsing import CLICK, IMPRESSION, SENSOR_READING
 from stream_pipelines.reconciliation import ads, advisor, diff, events, ledger, report
+from stream_pipelines.runtime import read_dataset_day
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Row, SparkSession
@@ -194,8 +195,8 @@ def load_inputs(spark: SparkSession, config: PipelineConfig, day: date) -> Input
         tumbling_batches=batch_log.load_batches(config, SENSOR_APP, TUMBLING_QUERY),
         sliding_batches=batch_log.load_batches(config, SENSOR_APP, SLIDING_QUERY),
         match_batches=batch_log.load_batches(config, AD_APP, MATCHES_QUERY),
-        sensor_windows=registry.SENSOR_WINDOWS.read_day(spark, config, day),
-        ad_matches=registry.AD_MATCHES.read_day(spark, config, day),
+        sensor_windows=read_dataset_day(spark, config, registry.SENSOR_WINDOWS, day),
+        ad_matches=read_dataset_day(spark, config, registry.AD_MATCHES, day),
         sensor_metadata=sensor_metadata_frame(spark, config.project_path(config.sensors.metadata_path)),
     )
 
@@ -458,7 +459,7 @@ def summarize(
         inputs={
             "event_day": day_text,
             "archive_path": registry.ARCHIVE.location(config),
-            "arrival_dates_read": events.arrival_dates(inputs.day, settings.late_horizon),
+            "arrival_dates_read": registry.arrival_dates(inputs.day, settings.late_horizon),
             "archive_rows_read": archive_rows,
             "sensor_deliveries_for_day": day_deliveries,
             "sensor_events_for_day": int(day_counts["events"]),

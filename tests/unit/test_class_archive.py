@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from stream_pipelines import class_archive, jvm
+from stream_pipelines import class_archive, class_archive_training, jvm
 from stream_pipelines.config import PROJECT_ROOT, PipelineConfig, load_config
 from stream_pipelines.runtime import DRIVER_JAVA_OPTIONS, spark_conf
 
@@ -46,10 +46,10 @@ def test_no_archive_when_it_is_turned_off_or_the_driver_runs_on_the_cluster():
 
 def test_the_training_run_writes_an_archive_and_maps_none(tmp_path: Path):
     written = tmp_path / "new.jsa"
-    overrides = class_archive.training_overrides(tmp_path / "data", tmp_path / "replay", written)
+    overrides = class_archive_training.training_overrides(tmp_path / "data", tmp_path / "replay", written)
     training = config(*overrides)
 
-    options = spark_conf(training, class_archive.TRAINING_APP)[DRIVER_JAVA_OPTIONS]
+    options = spark_conf(training, class_archive_training.TRAINING_APP)[DRIVER_JAVA_OPTIONS]
 
     assert f"-XX:ArchiveClassesAtExit={written}" in options
     assert "SharedArchiveFile" not in options
@@ -70,20 +70,20 @@ def test_setup_builds_again_only_when_the_stamp_is_not_this_java_and_these_jars(
         archive = class_archive.archive_path()
         archive.parent.mkdir(parents=True, exist_ok=True)
         archive.write_bytes(b"archive")
-        class_archive._stamp_path().write_text(stamp + "\n")
+        class_archive.stamp_path().write_text(stamp + "\n")
         return archive
 
     stamp = "digest of java 17 and the jars"
     monkeypatch.setattr(class_archive, "archive_digest", lambda: stamp)
-    monkeypatch.setattr(class_archive, "build", fake_build)
+    monkeypatch.setattr(class_archive_training, "build", fake_build)
 
-    assert class_archive.ensure(config()) == class_archive.archive_path()
-    assert class_archive.ensure(config()) == class_archive.archive_path()
+    assert class_archive_training.ensure(config()) == class_archive.archive_path()
+    assert class_archive_training.ensure(config()) == class_archive.archive_path()
     assert len(builds) == 1
     stamp = "digest of java 21 and the jars"  # a new JDK or a new pyspark: the old archive is stale
-    class_archive.ensure(config())
+    class_archive_training.ensure(config())
     assert len(builds) == 2
-    assert class_archive.ensure(config("spark.class_archive=false")) is None
+    assert class_archive_training.ensure(config("spark.class_archive=false")) is None
     assert len(builds) == 2
 
 

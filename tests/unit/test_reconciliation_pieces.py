@@ -6,6 +6,7 @@ from datetime import date, datetime
 
 import pytest
 
+from stream_pipelines import registry
 from stream_pipelines.batch_log import BatchRecord
 from stream_pipelines.config import Duration, PipelineConfig, load_config
 from stream_pipelines.reconciliation import ads, advisor, diff, events, job, ledger
@@ -30,8 +31,8 @@ def config() -> PipelineConfig:
     ],
 )
 def test_arrival_days_read_for_a_day_run_from_the_day_before_to_the_horizon(horizon, dates, cutoff):
-    assert events.arrival_dates(DAY, Duration.parse(horizon)) == dates
-    assert events.arrival_cutoff(DAY, Duration.parse(horizon)) == cutoff
+    assert registry.arrival_dates(DAY, Duration.parse(horizon)) == dates
+    assert registry.arrival_cutoff(DAY, Duration.parse(horizon)) == cutoff
 
 
 def test_the_report_of_a_day_has_its_own_folder(config: PipelineConfig):

@@ -28,8 +28,8 @@ def test_every_app_has_its_entry_point_module_and_build_sinks():
             for node in ast.parse(Path(module.origin).read_text()).body
             if isinstance(node, ast.FunctionDef)
         }
-        assert {"build_sinks", "main"} <= defined, app.module
-        assert app.module in entry.read_text(), f"{entry} runs {app.module}.main"
+        assert "build_sinks" in defined, app.module
+        assert f'run_app("{app.name}")' in entry.read_text(), f"{entry} runs the lifecycle of {app.name}"
 
 
 def test_queries_are_unique_and_each_has_exactly_one_sink():

@@ -11,6 +11,7 @@ import pytest
 
 from stream_pipelines import class_archive, jvm, submit
 from stream_pipelines.config import PROJECT_ROOT, PipelineConfig, load_config
+from stream_pipelines.kafka_security import SECRET_OPTIONS_PATTERN
 
 SPARK_SUBMIT = "/opt/spark/bin/spark-submit"
 KAFKA_JARS = ["/jars/spark-sql-kafka.jar", "/jars/kafka-clients.jar"]
@@ -39,6 +40,8 @@ def local_spark_conf(scratch: Path | None = None) -> list[str]:
         "spark.ui.showConsoleProgress=false",
         "spark.driver.memory=2g",
         "spark.sql.streaming.metricsEnabled=true",
+        # The Kafka options that carry a secret stay out of Spark's plan strings.
+        f"spark.sql.redaction.options.regex={SECRET_OPTIONS_PATTERN}",
         "spark.driver.host=127.0.0.1",
         "spark.driver.bindAddress=127.0.0.1",
         f"spark.pyspark.python={sys.executable}",

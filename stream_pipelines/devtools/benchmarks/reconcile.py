@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.types import LongType, StructField, StructType
 
-from stream_pipelines.config import PROJECT_ROOT, STORED_PATHS, PipelineConfig
+from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
 from stream_pipelines.devtools.benchmarks.common import (
     BenchmarkError,
     Interrupts,
@@ -60,6 +60,7 @@ from stream_pipelines.devtools.benchmarks.common import (
     run_main,
     write_results,
 )
+from stream_pipelines.store import STORED_PATHS
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -520,8 +521,8 @@ def generate(
 
     from stream_pipelines import registry
     from stream_pipelines.batch_log import query_log_dir
-    from stream_pipelines.reconciliation.events import arrival_cutoff
     from stream_pipelines.reconciliation.job import SENSOR_APP, SLIDING_QUERY, TUMBLING_QUERY
+    from stream_pipelines.registry import arrival_cutoff
 
     timings: dict[str, float] = {}
     started = step = time.perf_counter()

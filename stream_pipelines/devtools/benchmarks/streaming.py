@@ -90,6 +90,7 @@ from stream_pipelines.devtools.benchmarks.common import (
     stop_session,
     write_results,
 )
+from stream_pipelines.lifecycle import build_sinks
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -636,7 +637,7 @@ class LoadedApp:
         self._last_seen = {}
         self.queries = [
             start_sink(run_config, self.app, sink, "processing")
-            for sink in registry.APPS[self.app].build_sinks(self.spark, run_config)
+            for sink in build_sinks(registry.APPS[self.app], self.spark, run_config)
             if not self.only or sink.name in self.only
         ]
 
