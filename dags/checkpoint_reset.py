@@ -2,7 +2,8 @@
 or from given offsets or a time. State is lost; no input is skipped or read twice. The app must be
 stopped first (pipeline_control action=stop), and `confirm` must repeat the app's name.
 
-Wiring only; the logic is in stream_pipelines.checkpoint.reset (called by orchestration.reset_checkpoint).
+Wiring only; the task is stream_pipelines.airflow.tasks.reset_checkpoint, over
+stream_pipelines.checkpoint.reset.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from datetime import datetime
 
 from airflow.sdk import DAG, Param, task
 
-from stream_pipelines.orchestration import DEFAULT_ARGS
+from stream_pipelines.airflow.dag_defaults import DEFAULT_ARGS
 from stream_pipelines.registry import APP_NAMES
 
 with DAG(
@@ -35,7 +36,7 @@ with DAG(
 
     @task
     def reset(params=None) -> str:
-        from stream_pipelines.orchestration import reset_checkpoint
+        from stream_pipelines.airflow.tasks import reset_checkpoint
 
         return reset_checkpoint(params)
 

@@ -1,6 +1,6 @@
 """Nightly reconciliation: GX on raw events -> reconcile (spark-submit) -> GX on outputs -> report.
 
-Wiring only: the tasks' logic is in stream_pipelines.reconciliation.nightly, which imports Spark and
+Wiring only: the tasks' logic is in stream_pipelines.airflow.nightly, which imports Spark and
 Great Expectations only inside the functions that run them, so parsing this file loads neither.
 Event day D is the run's data interval start, or the ``date`` param (YYYY-MM-DD) for a rerun from
 the UI; reruns are idempotent.
@@ -12,7 +12,7 @@ from datetime import timedelta
 
 from airflow.sdk import DAG, CronTriggerTimetable, Param, get_current_context, task
 
-from stream_pipelines.reconciliation import nightly
+from stream_pipelines.airflow import nightly
 
 default_args = {
     "owner": "data-platform",

@@ -3,7 +3,7 @@
 Parquet readers (pyarrow, DuckDB, Trino) see exactly the committed rows. The task log lists every file
 removed; the record goes to reports/maintenance. Trigger with dry_run to see what would go.
 
-Wiring only; the logic is in stream_pipelines.maintenance (called by orchestration.sweep_outputs).
+Wiring only; the task is stream_pipelines.airflow.tasks.sweep_outputs, over stream_pipelines.maintenance.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from datetime import datetime
 
 from airflow.sdk import DAG, Param, task
 
-from stream_pipelines.orchestration import DEFAULT_ARGS
+from stream_pipelines.airflow.dag_defaults import DEFAULT_ARGS
 
 with DAG(
     dag_id="output_maintenance",
@@ -29,7 +29,7 @@ with DAG(
 
     @task
     def sweep_outputs(params=None) -> dict:
-        from stream_pipelines.orchestration import sweep_outputs
+        from stream_pipelines.airflow.tasks import sweep_outputs
 
         return sweep_outputs(params)
 

@@ -10,7 +10,7 @@ from datetime import datetime
 
 from airflow.sdk import DAG, Param, task
 
-from stream_pipelines.orchestration import DEFAULT_ARGS
+from stream_pipelines.airflow.dag_defaults import DEFAULT_ARGS
 from stream_pipelines.registry import APP_NAMES
 
 with DAG(
@@ -35,7 +35,7 @@ with DAG(
 
     @task
     def apply(params=None, dag_run=None) -> str:
-        from stream_pipelines.orchestration import control_app
+        from stream_pipelines.airflow.tasks import control_app
 
         if params["action"] == "status":
             return "no change"
@@ -44,7 +44,7 @@ with DAG(
 
     @task
     def show_status() -> str:
-        from stream_pipelines.orchestration import status_table
+        from stream_pipelines.airflow.tasks import status_table
 
         return status_table()
 

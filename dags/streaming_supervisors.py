@@ -1,6 +1,6 @@
 """One supervisor DAG per streaming app: keep it running, restart it from its checkpoint after a crash.
 
-Wiring only; the logic is in stream_pipelines.orchestration and stream_pipelines.control.
+Wiring only; the logic is in stream_pipelines.airflow.supervisor and stream_pipelines.control.
 """
 
 from __future__ import annotations
@@ -10,20 +10,19 @@ from datetime import datetime, timedelta
 from airflow.providers.standard.sensors.python import PythonSensor
 from airflow.sdk import DAG
 
-from stream_pipelines.orchestration import (
+from stream_pipelines.airflow.dag_defaults import (
     DEFAULT_ARGS,
     ORPHAN_RETRY_DELAY,
     SUPERVISOR_RETRIES,
     SUPERVISOR_TAGS,
-    StreamingAppOperator,
-    SupervisorRetryPolicy,
-    app_is_wanted,
 )
-from stream_pipelines.registry import APP_NAMES
+from stream_pipelines.airflow.supervisor import StreamingAppOperator, SupervisorRetryPolicy, app_is_wanted
+from stream_pipelines.registry import APPS
 
-for app_name in APP_NAMES:
+for declared in APPS.values():
+    app_name = declared.name
     with DAG(
-        dag_id=f"supervise_{app_name}",
+        dag_id=declared.supervisor_dag_id,
         description=f"Keeps {app_name} running; restarts it from its checkpoint after a crash",
         schedule="@continuous",
         start_date=datetime(2026, 1, 1),

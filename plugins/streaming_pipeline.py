@@ -1,5 +1,5 @@
-"""Loaded from Airflow's plugins folder: the "Streaming pipeline" page (stream_pipelines.airflow_plugin)."""
+"""Loaded from Airflow's plugins folder: the "Streaming pipeline" page (stream_pipelines.airflow.plugin)."""
 
-from stream_pipelines.airflow_plugin import StreamingPipelinePlugin
+from stream_pipelines.airflow.plugin import StreamingPipelinePlugin
 
 __all__ = ["StreamingPipelinePlugin"]

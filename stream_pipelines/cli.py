@@ -23,17 +23,16 @@ Every command takes --env, --conf-dir and --set KEY=VALUE like the apps do.
 from __future__ import annotations
 
 import argparse
+import importlib
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Iterable, Sequence
-from datetime import UTC, date, datetime
-from pathlib import Path
+from collections.abc import Sequence
+from datetime import date
 
 from stream_pipelines.config import PipelineConfig, add_config_arguments, config_or_report
 from stream_pipelines.exit_codes import ExitCode
-from stream_pipelines.kafka_clients import KafkaAccessRefused, check_access
+from stream_pipelines.kafka_clients import KafkaAccessRefused
 from stream_pipelines.registry import APP_NAMES
 
 
@@ -60,6 +59,9 @@ class UserFacingError(RuntimeError):
     pass
 
 
+DEVELOPER_COMMANDS = "stream_pipelines.devtools.commands"
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pipelinectl", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -83,40 +85,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "fetch the pinned scripts and styles Data Docs load into .cache/web, so they open offline",
     )
 
-    broker = command("broker", _broker, "start, stop or show the local Kafka broker")
-    broker.add_argument("action", choices=["start", "stop", "status"])
-
     command("topics", _topics, "create the configured topics, or grow their partitions (idempotent)")
-
-    produce = command("produce", _produce, "generate sensor and ad events to Kafka or JSON-lines files")
-    produce.add_argument("--seed", type=int, default=7)
-    produce.add_argument("--rate", type=float, default=20.0, help="sensor readings per second of event time")
-    produce.add_argument("--ad-rate", type=float, default=10.0, help="impressions per second of event time")
-    produce.add_argument("--duration", type=float, default=600.0, help="seconds of event time to generate")
-    produce.add_argument("--sensors", type=int, default=50, help="number of distinct sensors")
-    produce.add_argument("--users", type=int, default=500)
-    produce.add_argument("--ads", type=int, default=20)
-    produce.add_argument(
-        "--start",
-        default=None,
-        help="event time of the first event: ISO-8601, or 'now' (default: fixed 2026-01-01)",
-    )
-    produce.add_argument("--late-share", type=float, default=None, help="share late but inside the watermark")
-    produce.add_argument("--beyond-share", type=float, default=None, help="share later than the watermark")
-    produce.add_argument(
-        "--burst-share", type=float, default=None, help="share of sensors that go offline once"
-    )
-    produce.add_argument("--duplicate-share", type=float, default=None)
-    produce.add_argument("--malformed-share", type=float, default=None)
-    produce.add_argument(
-        "--stall-partition", type=int, default=None, help="sensors partition that stops receiving"
-    )
-    produce.add_argument(
-        "--stall-after", type=float, default=0.0, help="seconds into the scenario the stall begins"
-    )
-    produce.add_argument("--to", choices=["kafka", "files"], default="kafka")
-    produce.add_argument("--out", default=None, help="folder for --to files (default: source.files_dir)")
-    produce.add_argument("--realtime", action="store_true", help="pace sends to event time (live demos)")
 
     run = command("run", _run, "run a streaming app through spark-submit (Ctrl-C stops it gracefully)")
     run.add_argument("app", choices=APP_NAMES)
@@ -152,11 +121,22 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     outputs.add_argument("--dry-run", action="store_true", help="report what would go; remove nothing")
 
-    command("status", _status, "what runs: broker, Airflow, monitoring, and each app's state")
-    command("up", _up, "start the local stack: broker, Airflow, generator, Prometheus (make up)")
-    command("down", _down, "stop everything `up` started, children included (make down)")
-    command("demo", _demo, "the scripted end-to-end scenario that `make demo` runs")
+    # The developer commands (local broker, generator, stack, demo) where the tooling is installed: the
+    # package that ships to a cluster leaves stream_pipelines.devtools out.
+    developer_commands = _developer_commands()
+    if developer_commands is not None:
+        developer_commands.register(command)
     return parser
+
+
+def _developer_commands():
+    """stream_pipelines.devtools.commands, or None where the tooling is not installed."""
+    try:
+        return importlib.import_module(DEVELOPER_COMMANDS)
+    except ModuleNotFoundError as missing:
+        if missing.name and DEVELOPER_COMMANDS.startswith(missing.name):
+            return None
+        raise
 
 
 # --------------------------------------------------------------------------- handlers
@@ -189,30 +169,6 @@ def _setup_web_assets(config: PipelineConfig, args: argparse.Namespace) -> int:
     return 0
 
 
-def _broker(config: PipelineConfig, args: argparse.Namespace) -> int:
-    from stream_pipelines import jvm
-    from stream_pipelines.devtools.broker import BrokerError, LocalBroker
-    from stream_pipelines.topics import ensure_topics
-
-    if not config.broker.manage_local:
-        raise UserFacingError(
-            f"environment {config.env!r} sets broker.manage_local=false: its brokers are not ours"
-        )
-    broker = LocalBroker(config)
-    try:
-        if args.action == "start":
-            print(broker.start().describe())
-            for topic, outcome in ensure_topics(config).items():
-                print(f"topic {topic}: {outcome}")
-        elif args.action == "stop":
-            print("broker: stopped" if broker.stop() else "broker: was not running")
-        else:
-            print(broker.status().describe())
-    except (BrokerError, jvm.JvmSetupError) as error:
-        raise UserFacingError(str(error)) from None
-    return 0
-
-
 def _topics(config: PipelineConfig, args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
 
@@ -225,112 +181,6 @@ def _topics(config: PipelineConfig, args: argparse.Namespace) -> int:
         raise UserFacingError(
             f"could not manage topics on {config.kafka.bootstrap_servers}: {error}"
         ) from None
-    return 0
-
-
-def scenario_from_args(config: PipelineConfig, args: argparse.Namespace):
-    """The generator's ScenarioSpec for `produce` options; topic names and partitions come from config."""
-    import dataclasses
-
-    from stream_pipelines.devtools import generator
-
-    topics = config.kafka.topics
-    mix_overrides = {
-        name: value
-        for name, value in {
-            "late_within_share": args.late_share,
-            "late_beyond_share": args.beyond_share,
-            "burst_share": args.burst_share,
-            "duplicate_share": args.duplicate_share,
-            "malformed_share": args.malformed_share,
-        }.items()
-        if value is not None
-    }
-    mix = dataclasses.replace(generator.DelayMix(), **mix_overrides)
-    spec_values = {
-        "seed": args.seed,
-        "duration_s": args.duration,
-        "sensor_rate": args.rate,
-        "ad_rate": args.ad_rate,
-        "sensor_count": args.sensors,
-        "ad_count": args.ads,
-        "user_count": args.users,
-        "mix": mix,
-        "stalled_partition": args.stall_partition,
-        "stall_after_s": args.stall_after,
-        "match_interval_s": config.ads.match_interval.seconds,
-        "topics": generator.TopicNames(topics.sensors.name, topics.impressions.name, topics.clicks.name),
-        "partitions": generator.PartitionCounts(
-            topics.sensors.partitions, topics.impressions.partitions, topics.clicks.partitions
-        ),
-    }
-    if args.start:
-        spec_values["start"] = (
-            datetime.now(UTC).replace(microsecond=0)
-            if args.start == "now"
-            else datetime.fromisoformat(args.start.replace("Z", "+00:00")).astimezone(UTC)
-        )
-    spec = generator.ScenarioSpec(**spec_values)
-    try:
-        spec.mix.validate()
-    except ValueError as error:
-        raise UserFacingError(f"bad event mix: {error}") from None
-    return spec
-
-
-def _produce(config: PipelineConfig, args: argparse.Namespace) -> int:
-    from stream_pipelines.devtools import generator
-
-    spec = scenario_from_args(config, args)
-    live = args.realtime and args.to == "kafka"
-    if live:
-        # Generated second by second as it is sent: generating a day first (10 s or more at the demo
-        # rate) held back every event by that long, and with it every watermark.
-        records: Iterable[generator.Record] = (
-            record for chunk in generator.generate_chunks(spec, 1.0) for record in chunk
-        )
-        of_total, report_every_s = "", 60.0
-        print(
-            f"producing live from {spec.start.isoformat()} for {spec.duration_s:g}s of event time "
-            f"({spec.sensor_rate:g} readings/s, {spec.ad_rate:g} impressions/s)",
-            flush=True,
-        )
-    else:
-        records = generator.generate(spec)
-        summary = generator.summarize(records)
-        print(
-            f"generated {len(records)} records: " + ", ".join(f"{k}={v}" for k, v in sorted(summary.items()))
-        )
-        if args.to == "files":
-            out = Path(args.out or config.project_path(config.source.files_dir))
-            files = generator.write_jsonl(records, out)
-            print(f"wrote {len(files)} files under {out}")
-            return 0
-        of_total, report_every_s = f"/{len(records)}", 0.0
-
-    started = last_report = time.monotonic()
-
-    def progress(sent: int) -> None:
-        nonlocal last_report
-        now = time.monotonic()
-        if now - last_report >= report_every_s:
-            rate = sent / max(now - started, 1e-6)
-            print(f"  sent {sent}{of_total} ({rate:,.0f}/s)", file=sys.stderr, flush=True)
-            last_report = now
-
-    check_access(config)
-    try:
-        sent = generator.produce_to_kafka(
-            records,
-            config.kafka_client_config(),
-            realtime=args.realtime,
-            # A scenario stamped "now" is sent on the wall clock, whatever the time spent before.
-            on_wall_clock=live and args.start == "now",
-            progress=progress,
-        )
-    except RuntimeError as error:
-        raise UserFacingError(str(error)) from None
-    print(f"sent {sent} records to {config.kafka.bootstrap_servers} in {time.monotonic() - started:.1f}s")
     return 0
 
 
@@ -468,30 +318,6 @@ def _outputs(config: PipelineConfig, args: argparse.Namespace) -> int:
     for line in outcome.lines():
         print(line)
     return 0 if outcome.ok else 1
-
-
-def _status(config: PipelineConfig, args: argparse.Namespace) -> int:
-    from stream_pipelines.devtools import stack
-
-    return stack.status(config)
-
-
-def _up(config: PipelineConfig, args: argparse.Namespace) -> int:
-    from stream_pipelines.devtools import stack
-
-    return stack.up(config)
-
-
-def _down(config: PipelineConfig, args: argparse.Namespace) -> int:
-    from stream_pipelines.devtools import stack
-
-    return stack.down(config)
-
-
-def _demo(config: PipelineConfig, args: argparse.Namespace) -> int:
-    from stream_pipelines.devtools import demo
-
-    return demo.main(args.overrides)
 
 
 if __name__ == "__main__":

@@ -276,6 +276,11 @@ class App:
         return tuple(query.name for query in self.queries)
 
     @property
+    def supervisor_dag_id(self) -> str:
+        """The Airflow DAG that keeps this app running (dags/streaming_supervisors.py)."""
+        return f"supervise_{self.name}"
+
+    @property
     def entry_point(self) -> str:
         """The spark-submit script, ``spark_apps/<name>.py``: it runs ``lifecycle.run_app``."""
         return str(PROJECT_ROOT / "spark_apps" / f"{self.name}.py")

@@ -96,7 +96,7 @@ def test_policy_owner_tags_retries_and_backoff(airflow_env):
 
 
 def test_the_nightly_reconciles_each_day_after_it_ends_from_the_go_live_day_on(airflow_env):
-    from stream_pipelines.reconciliation.nightly import event_day
+    from stream_pipelines.airflow.nightly import event_day
 
     bag = load_bag({**airflow_env, "PIPELINE_NIGHTLY_START_DATE": "2026-11-02"})
     nightly = bag["dags"]["nightly_reconciliation"]

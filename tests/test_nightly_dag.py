@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
+from stream_pipelines.airflow.nightly import START_DATE_VARIABLE, event_day
 from stream_pipelines.config import PROJECT_ROOT
 from stream_pipelines.devtools import stack
 from stream_pipelines.devtools.processes import stop_processes
-from stream_pipelines.reconciliation.nightly import START_DATE_VARIABLE, event_day
 from tests.conftest import free_port, make_overrides_config, pipeline_environment
 
 DAG_FILE = PROJECT_ROOT / "dags" / "nightly_reconciliation.py"

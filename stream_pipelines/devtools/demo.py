@@ -255,7 +255,7 @@ class ProgressLine:
 
 def query_samples(config: PipelineConfig, app: str, query: str) -> dict[str, float] | None:
     """One query's samples (not those per partition) from the app's endpoint; None when it does not answer."""
-    from stream_pipelines import health
+    from stream_pipelines.airflow import health
 
     try:
         text = health.http_get(health.metrics_url(config, app)).decode()
@@ -434,7 +434,7 @@ def check_archive(spark, config: PipelineConfig, produced: dict[tuple[str, int],
 def _scrape(config: PipelineConfig, app: str) -> dict[str, float]:
     """The app's own Prometheus endpoint, summed over label sets per metric name (the watermark lag kept
     per query, as a maximum is what matters there)."""
-    from stream_pipelines import health
+    from stream_pipelines.airflow import health
 
     totals: dict[str, float] = {}
     try:

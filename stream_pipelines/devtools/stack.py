@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from stream_pipelines.airflow.nightly import START_DATE_VARIABLE
 from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
 from stream_pipelines.devtools.processes import alive as _alive
 from stream_pipelines.devtools.processes import descendants, parent_pid, stop_process_group, stop_processes
-from stream_pipelines.reconciliation.nightly import START_DATE_VARIABLE
 from stream_pipelines.registry import APP_NAMES
 
 AIRFLOW_PORT = 8080
@@ -195,7 +195,7 @@ def up(config: PipelineConfig) -> int:
 
 def pipeline_page() -> str:
     """The "Streaming pipeline" page of the stack's Airflow UI."""
-    from stream_pipelines.health import page_address
+    from stream_pipelines.airflow.health import page_address
 
     return page_address(f"http://127.0.0.1:{AIRFLOW_PORT}")
 

@@ -24,7 +24,7 @@ SETTINGS = ["supervision.heartbeat_interval=0.2 seconds", "supervision.lease_tim
 @pytest.fixture
 def operator(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("AIRFLOW_HOME", os.environ.get("AIRFLOW_HOME", str(tmp_path / "airflow")))
-    from stream_pipelines.orchestration import StreamingAppOperator
+    from stream_pipelines.airflow.supervisor import StreamingAppOperator
 
     return StreamingAppOperator(task_id="run_app", app=APP)
 
@@ -131,6 +131,6 @@ def test_an_adopted_driver_that_fails_fails_the_try(operator, tmp_path):
 def test_a_driver_group_whose_processes_exited_unreaped_has_ended_by_itself(zombie):
     """Under a PID 1 that reaps orphans late (as on CI), an adopted driver that drained and exited stays a
     zombie in its group: the watchdog must see it ended, not wait out the drain timeout and kill it."""
-    from stream_pipelines.orchestration import _end_group
+    from stream_pipelines.airflow.supervisor import _end_group
 
     assert _end_group(zombie, drain_timeout_s=5) is True, "an exited group was killed as stuck"

@@ -33,7 +33,7 @@ SETTINGS = [
 @pytest.fixture
 def operator(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("AIRFLOW_HOME", os.environ.get("AIRFLOW_HOME", str(tmp_path / "airflow")))
-    from stream_pipelines.orchestration import StreamingAppOperator
+    from stream_pipelines.airflow.supervisor import StreamingAppOperator
 
     return StreamingAppOperator(task_id="run_app", app=APP)
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from stream_pipelines import health
+from stream_pipelines.airflow import health
 from stream_pipelines.config import PipelineConfig, load_config
 from stream_pipelines.control import AppStatus, ControlStore, app_status
 from stream_pipelines.devtools.processes import free_port
@@ -339,7 +339,7 @@ def test_the_last_reconciliation_per_day_from_its_report_json(stored_root):
 
 
 def test_the_rendered_page_reloads_itself_fetches_nothing_external_and_escapes_what_it_shows(tmp_path):
-    from stream_pipelines.airflow_plugin import REFRESH_S, render_page
+    from stream_pipelines.airflow.plugin import REFRESH_S, render_page
 
     closed = free_port()
     config = config_at(tmp_path, *(f"metrics.ports.{app}={closed}" for app in APP_NAMES))

@@ -25,7 +25,7 @@ def policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         "SUPERVISION__MAX_RESTARTS": "3",
     }.items():
         monkeypatch.setenv(f"PIPELINE__{key}", value)
-    from stream_pipelines.orchestration import SupervisorRetryPolicy
+    from stream_pipelines.airflow.supervisor import SupervisorRetryPolicy
 
     return SupervisorRetryPolicy(APP)
 

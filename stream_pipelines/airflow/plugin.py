@@ -27,7 +27,7 @@ from airflow.plugins_manager import AirflowPlugin
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from stream_pipelines import health
+from stream_pipelines.airflow import health, task_config
 
 URL_PREFIX = "/streaming-pipeline"
 PAGE_NAME = "Streaming pipeline"
@@ -60,12 +60,6 @@ async def _page_user(request: Request) -> Any:
         raise
 
 
-def _config():
-    from stream_pipelines.config import load_config
-
-    return load_config()
-
-
 def create_app() -> FastAPI:
     app = FastAPI(title=PAGE_NAME, docs_url=None, redoc_url=None, openapi_url=None)
 
@@ -77,11 +71,11 @@ def create_app() -> FastAPI:
 
     @app.get("/", response_class=HTMLResponse)
     def page(_user: Annotated[Any, Depends(_page_user)], dag_id: str | None = None) -> str:
-        return render_page(health.collect(_config()), focus=health.app_of_dag(dag_id))
+        return render_page(health.collect(task_config()), focus=health.app_of_dag(dag_id))
 
     @app.get("/api/health")
     def health_json(_user: Annotated[Any, Depends(_airflow_user)]) -> JSONResponse:
-        return JSONResponse(health.collect(_config()).as_json())
+        return JSONResponse(health.collect(task_config()).as_json())
 
     @app.get("/reports/{day}/{name}")
     def report_file(day: str, name: str, _user: Annotated[Any, Depends(_airflow_user)]) -> Response:
@@ -90,7 +84,7 @@ def create_app() -> FastAPI:
             raise HTTPException(404, f"no report file {day}/{name}")
         from stream_pipelines import store
 
-        target = health.reconciliation_root(_config()) / day / name
+        target = health.reconciliation_root(task_config()) / day / name
         try:
             data = store.read_bytes(target)
         except (FileNotFoundError, OSError) as error:

@@ -15,7 +15,8 @@ from collections import deque
 from datetime import date, datetime
 from typing import Any
 
-from stream_pipelines.config import PipelineConfig, load_config
+from stream_pipelines.airflow import task_config
+from stream_pipelines.config import PipelineConfig
 
 log = logging.getLogger(__name__)
 # The first event day to reconcile (the go-live day): catchup reconciles every day since, and none
@@ -49,10 +50,6 @@ def event_day(
     return moment.date().isoformat()
 
 
-def _config() -> PipelineConfig:
-    return load_config()
-
-
 def _spark(config: PipelineConfig, name: str):
     from stream_pipelines.runtime import get_spark
 
@@ -62,7 +59,7 @@ def _spark(config: PipelineConfig, name: str):
 def gate_raw_events(day: str) -> dict[str, Any]:
     from stream_pipelines import quality_gates
 
-    config = _config()
+    config = task_config()
     result = quality_gates.raw_events_gate(config, date.fromisoformat(day), _spark(config, "nightly_gx"))
     print(f"raw events gate: {result.as_json()}")
     return quality_gates.enforce(result).as_json()
@@ -83,7 +80,7 @@ def reconcile(day: str) -> str:
     """
     from stream_pipelines.submit import reconcile_submit_command, submit_environment
 
-    config = _config()
+    config = task_config()
     verdicts: list[str] = []
     last_lines: deque[str] = deque(maxlen=40)
     with subprocess.Popen(
@@ -108,7 +105,7 @@ def reconcile(day: str) -> str:
 def gate_outputs(day: str) -> list[dict[str, Any]]:
     from stream_pipelines import quality_gates
 
-    config = _config()
+    config = task_config()
     spark = _spark(config, "nightly_gx")
     results = [
         quality_gates.streaming_outputs_gate(config, date.fromisoformat(day), spark),
@@ -125,6 +122,6 @@ def publish_report(day: str, raw_gate: dict[str, Any], output_gates: list[dict[s
     """Attach every gate's result to D's report; returns the HTML report's path."""
     from stream_pipelines.reconciliation.report import report_dir, update_report
 
-    folder = report_dir(_config(), day)
+    folder = report_dir(task_config(), day)
     update_report(folder, "quality_gates", [raw_gate, *output_gates])
     return str(folder / "report.html")

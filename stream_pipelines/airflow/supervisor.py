@@ -1,7 +1,9 @@
-"""Airflow pieces for supervising the streaming apps; the DAG files only wire these together.
+"""The supervisor of a streaming app inside Airflow: the operator, adoption, the watchdog thread and the
+retry policy; the DAG files only wire these together.
 
-Importing this module is cheap (no pyspark, no config read): everything that reads config or the
-filesystem happens when a task runs, so DAG parsing stays fast and side-effect free.
+Importing this module loads the Spark provider's operator (the supervisor DAG's tasks are instances of
+it) but no pyspark and no config: everything that reads config or the filesystem happens when a task
+runs, so DAG parsing stays fast and side-effect free.
 
 A supervisor run: ``wait_until_wanted`` (a rescheduling sensor: passes while the app should run;
 waits while an operator has stopped or paused it, or the crash-loop guard has tripped) then
@@ -26,32 +28,14 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.definitions.retry_policy import RetryDecision, RetryPolicy
 
-from stream_pipelines.config import PROJECT_ROOT
+from stream_pipelines.airflow import task_config
 from stream_pipelines.exit_codes import NOT_RETRIED, ExitCode
-from stream_pipelines.registry import APP_NAMES
 from stream_pipelines.registry import app as declared_app
-
-# Effectively unbounded: the crash-loop guard, not a try count, decides when restarts stop.
-SUPERVISOR_RETRIES = 1000
-# run_app's own retry delay, which Airflow uses only when a try ends without an exception for the retry
-# policy: its task process was killed, or the scheduler found it gone. The driver may still run,
-# unsupervised (no watchdog) until the next try adopts it, so that try comes at once and flat. A crash
-# gets the policy's backoff instead. (Airflow's exponential backoff here made a fifth try wait 8 min.)
-ORPHAN_RETRY_DELAY = timedelta(seconds=5)
-DEFAULT_ARGS = {"owner": "data-platform", "depends_on_past": False}
-SUPERVISOR_TAGS = ["streaming", "supervisor"]
-
-
-def _config():
-    from stream_pipelines.config import load_config
-
-    return load_config()
 
 
 class SupervisorRetryPolicy(RetryPolicy):
@@ -65,7 +49,7 @@ class SupervisorRetryPolicy(RetryPolicy):
     ) -> RetryDecision:
         from stream_pipelines.control import ControlStore, CrashLoopError
 
-        config = _config()
+        config = task_config()
         settings = config.supervision
         cause = _describe_crash(exception)
         exit_code = _exit_code(exception)
@@ -153,7 +137,7 @@ class StreamingAppOperator(SparkSubmitOperator):
         from stream_pipelines.submit import application_args, submit_environment
         from stream_pipelines.topics import REFUSALS, require_topics
 
-        config = _config()
+        config = task_config()
         wanted, why = should_run(config, self.app)
         if not wanted:
             raise AirflowFailException(f"not starting: {why}")
@@ -257,7 +241,7 @@ class StreamingAppOperator(SparkSubmitOperator):
         """Airflow is stopping the task: ask the app to drain and stop before anything harsher."""
         from stream_pipelines.control import ControlStore
 
-        config = _config()
+        config = task_config()
         ControlStore(config).request_stop(self.app)
         group = _submitted_group(self._hook) if self._hook else None
         if group is not None and not _end_group(group, config.supervision.drain_timeout.seconds):
@@ -396,82 +380,6 @@ def app_is_wanted(app: str) -> bool:
     """The supervisor's sensor: True when the app should run; otherwise logs why it waits."""
     from stream_pipelines.control import should_run
 
-    wanted, why = should_run(_config(), app)
+    wanted, why = should_run(task_config(), app)
     print(why, file=sys.stderr if not wanted else sys.stdout, flush=True)
     return wanted
-
-
-def control_app(app: str, action: str, reason: str, requested_by: str) -> str:
-    from stream_pipelines.control import apply_action
-
-    outcome = apply_action(_config(), app, action, by=requested_by, reason=reason)  # type: ignore[arg-type]
-    print(outcome, flush=True)
-    return outcome
-
-
-def status_table() -> str:
-    from stream_pipelines.control import app_status
-
-    config = _config()
-    lines = [f"{'app':<20} {'state':<14} detail"]
-    for app in APP_NAMES:
-        status = app_status(config, app)
-        lines.append(f"{app:<20} {status.state:<14} {status.detail}")
-    table = "\n".join(lines)
-    print(table, flush=True)
-    return table
-
-
-def dags_folder() -> Path:
-    return PROJECT_ROOT / "dags"
-
-
-def reset_checkpoint(params: dict[str, Any]) -> str:
-    """The checkpoint_reset DAG's task: refuses unless the app is stopped and the name is typed to confirm."""
-    from airflow.sdk.exceptions import AirflowFailException
-
-    from stream_pipelines.checkpoint.inspect import CheckpointError
-    from stream_pipelines.checkpoint.reset import parse_offsets_argument, parse_reset_time, reset
-    from stream_pipelines.control import ControlStore
-    from stream_pipelines.kafka_clients import KafkaAccessRefused
-
-    config = _config()
-    app = params["app"]
-    store = ControlStore(config)
-    if store.running_pids(app) or store.desired(app)["desired"] != "stopped":
-        raise AirflowFailException(
-            f"{app} must be stopped first: trigger pipeline_control with app={app}, action=stop, "
-            "wait for its supervisor run to finish, then reset"
-        )
-    try:
-        result = reset(
-            config,
-            app,
-            params.get("query") or "all",
-            from_=params["start_from"],
-            offsets=parse_offsets_argument(params["offsets"]) if params.get("offsets") else None,
-            timestamp_ms=parse_reset_time(params["time"]) if params.get("time") else None,
-            confirm=params.get("confirm"),
-        )
-    except (CheckpointError, ValueError, KafkaAccessRefused) as error:
-        raise AirflowFailException(str(error)) from None
-    print(result.describe(), flush=True)
-    return result.describe()
-
-
-def sweep_outputs(params: dict[str, Any]) -> dict[str, Any]:
-    """The output_maintenance DAG's task: the sweep of every file sink, its lines in the task log; fails
-    (not retried) when a folder was refused, which needs a person."""
-    from airflow.sdk.exceptions import AirflowFailException
-
-    from stream_pipelines import maintenance
-
-    config = _config()
-    outcome = maintenance.sweep_and_record(
-        config, config.maintenance.orphan_grace.seconds, dry_run=bool(params.get("dry_run"))
-    )
-    print("\n".join(outcome.lines()), flush=True)
-    if not outcome.ok:
-        refused = "; ".join(sweep.summary() for sweep in outcome.sweeps if sweep.refused)
-        raise AirflowFailException(f"output sweep refused: {refused}")
-    return outcome.as_json()

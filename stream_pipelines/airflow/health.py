@@ -37,7 +37,7 @@ from stream_pipelines import store
 from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
 from stream_pipelines.control import AppStatus, ControlStore, app_status, process_exists
 from stream_pipelines.lease import Lease, LeaseRecord
-from stream_pipelines.registry import APP_NAMES
+from stream_pipelines.registry import APP_NAMES, APPS
 from stream_pipelines.registry import app as declared_app
 from stream_pipelines.store import StoreError
 from stream_pipelines.watchdog import Watchdog, WatchdogSettings
@@ -360,7 +360,7 @@ def app_row(
         app=app,
         state=state,
         state_detail=detail,
-        supervisor_dag=supervisor_dag(app),
+        supervisor_dag=declared_app(app).supervisor_dag_id,
         owner=f"{lease.host} pid {lease.pid} ({lease.owner[:8]})" if lease is not None else None,
         heartbeat_age_s=lease.heartbeat_age(now) if lease is not None else None,
         restarts_in_window=len(recent),
@@ -432,14 +432,9 @@ def _sum(values: Iterable[float | None]) -> float | None:
     return sum(present) if present else None
 
 
-def supervisor_dag(app: str) -> str:
-    """The supervisor DAG's id, as dags/streaming_supervisors.py names it."""
-    return f"supervise_{app}"
-
-
 def app_of_dag(dag_id: str | None) -> str | None:
     """The app a supervisor DAG keeps running (None for any other DAG)."""
-    return next((app for app in APP_NAMES if supervisor_dag(app) == dag_id), None)
+    return next((app.name for app in APPS.values() if app.supervisor_dag_id == dag_id), None)
 
 
 def action_links(app: str) -> dict[str, str]:

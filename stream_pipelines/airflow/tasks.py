@@ -1,0 +1,84 @@
+"""The bodies of the operator-facing DAGs' tasks: pipeline_control, checkpoint_reset, output_maintenance.
+
+Each reads the config when it runs (``task_config``) and fails with ``AirflowFailException`` (never
+retried) when a person has to act.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stream_pipelines.airflow import task_config
+from stream_pipelines.registry import APP_NAMES
+
+
+def control_app(app: str, action: str, reason: str, requested_by: str) -> str:
+    from stream_pipelines.control import apply_action
+
+    outcome = apply_action(task_config(), app, action, by=requested_by, reason=reason)  # type: ignore[arg-type]
+    print(outcome, flush=True)
+    return outcome
+
+
+def status_table() -> str:
+    from stream_pipelines.control import app_status
+
+    config = task_config()
+    lines = [f"{'app':<20} {'state':<14} detail"]
+    for app in APP_NAMES:
+        status = app_status(config, app)
+        lines.append(f"{app:<20} {status.state:<14} {status.detail}")
+    table = "\n".join(lines)
+    print(table, flush=True)
+    return table
+
+
+def reset_checkpoint(params: dict[str, Any]) -> str:
+    """The checkpoint_reset DAG's task: refuses unless the app is stopped and the name is typed to confirm."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from stream_pipelines.checkpoint.inspect import CheckpointError
+    from stream_pipelines.checkpoint.reset import parse_offsets_argument, parse_reset_time, reset
+    from stream_pipelines.control import ControlStore
+    from stream_pipelines.kafka_clients import KafkaAccessRefused
+
+    config = task_config()
+    app = params["app"]
+    store = ControlStore(config)
+    if store.running_pids(app) or store.desired(app)["desired"] != "stopped":
+        raise AirflowFailException(
+            f"{app} must be stopped first: trigger pipeline_control with app={app}, action=stop, "
+            "wait for its supervisor run to finish, then reset"
+        )
+    try:
+        result = reset(
+            config,
+            app,
+            params.get("query") or "all",
+            from_=params["start_from"],
+            offsets=parse_offsets_argument(params["offsets"]) if params.get("offsets") else None,
+            timestamp_ms=parse_reset_time(params["time"]) if params.get("time") else None,
+            confirm=params.get("confirm"),
+        )
+    except (CheckpointError, ValueError, KafkaAccessRefused) as error:
+        raise AirflowFailException(str(error)) from None
+    print(result.describe(), flush=True)
+    return result.describe()
+
+
+def sweep_outputs(params: dict[str, Any]) -> dict[str, Any]:
+    """The output_maintenance DAG's task: the sweep of every file sink, its lines in the task log; fails
+    (not retried) when a folder was refused, which needs a person."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from stream_pipelines import maintenance
+
+    config = task_config()
+    outcome = maintenance.sweep_and_record(
+        config, config.maintenance.orphan_grace.seconds, dry_run=bool(params.get("dry_run"))
+    )
+    print("\n".join(outcome.lines()), flush=True)
+    if not outcome.ok:
+        refused = "; ".join(sweep.summary() for sweep in outcome.sweeps if sweep.refused)
+        raise AirflowFailException(f"output sweep refused: {refused}")
+    return outcome.as_json()
