@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from stream_pipelines import store
 from stream_pipelines.checkpoint import format as checkpoint_format
+from stream_pipelines.registry import query_of
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
@@ -76,7 +77,7 @@ class BatchLogRecorder:
         """Begin polling; ``queries`` are StreamingQuery objects named ``<app>.<query>`` or query names."""
         for query in queries:
             name = query if isinstance(query, str) else (query.name or "")
-            self._queries.append(name.split(".", 1)[1] if name.startswith(f"{self.app}.") else name)
+            self._queries.append(query_of(name) if name.startswith(f"{self.app}.") else name)
         self._thread = threading.Thread(target=self._poll, name=f"batch-log-{self.app}", daemon=True)
         self._thread.start()
         return self

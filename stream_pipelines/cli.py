@@ -30,10 +30,16 @@ import sys
 from collections.abc import Sequence
 from datetime import date
 
-from stream_pipelines.config import PipelineConfig, add_config_arguments, config_or_report
+from stream_pipelines import data_docs_assets, maintenance
+from stream_pipelines.checkpoint.inspect import CheckpointError, inspect
+from stream_pipelines.checkpoint.reset import RESET_FROM, parse_offsets_argument, parse_reset_time, reset
+from stream_pipelines.config import Duration, PipelineConfig, add_config_arguments, config_or_report
+from stream_pipelines.control import ControlStore, apply_action
 from stream_pipelines.exit_codes import ExitCode
 from stream_pipelines.kafka_clients import KafkaAccessRefused
 from stream_pipelines.registry import APP_NAMES
+from stream_pipelines.registry import app as declared_app
+from stream_pipelines.topics import ensure_topics
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -159,8 +165,6 @@ def _setup_jvm(config: PipelineConfig, args: argparse.Namespace) -> int:
 
 
 def _setup_web_assets(config: PipelineConfig, args: argparse.Namespace) -> int:
-    from stream_pipelines import data_docs_assets
-
     try:
         folders = data_docs_assets.fetch_all()
     except data_docs_assets.WebAssetError as error:
@@ -171,8 +175,6 @@ def _setup_web_assets(config: PipelineConfig, args: argparse.Namespace) -> int:
 
 def _topics(config: PipelineConfig, args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
-
-    from stream_pipelines.topics import ensure_topics
 
     try:
         for topic, outcome in ensure_topics(config).items():
@@ -185,22 +187,21 @@ def _topics(config: PipelineConfig, args: argparse.Namespace) -> int:
 
 
 def _run(config: PipelineConfig, args: argparse.Namespace) -> int:
-    from stream_pipelines.control import ControlStore
-    from stream_pipelines.submit import spark_submit_command, submit_environment
+    from stream_pipelines.launch import StartRefused, prepare
+    from stream_pipelines.submit import submit_environment
 
-    command = spark_submit_command(config, args.app, args.trigger, args.overrides)
+    try:
+        launch = prepare(config, declared_app(args.app), args.trigger, args.overrides)
+    except StartRefused as refused:
+        print(f"pipelinectl: {refused}", file=sys.stderr)
+        return refused.code
+    process = subprocess.Popen(launch.command, env=submit_environment(), start_new_session=True)
     store = ControlStore(config)
-    # A marker left from an earlier stop would end this run at once.
-    store.clear_stop(args.app)
-    store.mark_starting(args.app)
-    marker = store.stop_marker(args.app)
-    process = subprocess.Popen(command, env=submit_environment(), start_new_session=True)
 
     def request_stop(signum: int, _frame: object) -> None:
         # Ctrl-C or SIGTERM here means "stop after the batch in flight", never a kill mid-batch.
-        if not marker.exists():
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            marker.touch()
+        if not store.stop_marker(args.app).exists():
+            store.request_stop(args.app)
             print(f"\npipelinectl: stopping {args.app} after its current batch ...", file=sys.stderr)
 
     signal.signal(signal.SIGINT, request_stop)
@@ -209,8 +210,6 @@ def _run(config: PipelineConfig, args: argparse.Namespace) -> int:
 
 
 def _stop(config: PipelineConfig, args: argparse.Namespace) -> int:
-    from stream_pipelines.control import apply_action
-
     print(apply_action(config, args.app, "stop", by="pipelinectl", reason="pipelinectl stop"))
     return 0
 
@@ -223,7 +222,6 @@ def _checkpoint(config: PipelineConfig, args: argparse.Namespace) -> int:
 
 def checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
     """``checkpoint inspect|reset APP [...]`` arguments."""
-    from stream_pipelines.checkpoint.reset import RESET_FROM
 
     parser.add_argument("action", choices=["inspect", "reset"])
     parser.add_argument("app", choices=APP_NAMES)
@@ -256,9 +254,6 @@ def checkpoint_inspect(config: PipelineConfig, app: str, *, as_json: bool = Fals
     """Print the report; exits as the launcher's preflight would (CHECKPOINT_REFUSED when it refuses)."""
     import json
 
-    from stream_pipelines.checkpoint.inspect import inspect
-    from stream_pipelines.exit_codes import ExitCode
-
     report = inspect(config, app)
     print(json.dumps(report.to_dict(), indent=2) if as_json else report.describe())
     return ExitCode.OK if report.ok else ExitCode.CHECKPOINT_REFUSED
@@ -266,9 +261,6 @@ def checkpoint_inspect(config: PipelineConfig, app: str, *, as_json: bool = Fals
 
 def checkpoint_reset(config: PipelineConfig, app: str, args: argparse.Namespace) -> int:
     """Run a reset from parsed arguments; asks for the confirmation on a terminal when it is not given."""
-    from stream_pipelines.checkpoint.inspect import CheckpointError
-    from stream_pipelines.checkpoint.reset import parse_offsets_argument, parse_reset_time, reset
-    from stream_pipelines.exit_codes import ExitCode
 
     confirm = args.confirm
     if confirm is None and sys.stdin is not None and sys.stdin.isatty():
@@ -293,8 +285,6 @@ def checkpoint_reset(config: PipelineConfig, app: str, args: argparse.Namespace)
 
 
 def _control(config: PipelineConfig, args: argparse.Namespace) -> int:
-    from stream_pipelines.control import apply_action
-
     print(apply_action(config, args.app, args.action, by="pipelinectl", reason=args.reason))
     return 0
 
@@ -307,9 +297,6 @@ def _reconcile(config: PipelineConfig, args: argparse.Namespace) -> int:
 
 
 def _outputs(config: PipelineConfig, args: argparse.Namespace) -> int:
-    from stream_pipelines import maintenance
-    from stream_pipelines.config import Duration
-
     try:
         grace = Duration.parse(args.grace) if args.grace else config.maintenance.orphan_grace
     except ValueError as error:

@@ -36,7 +36,7 @@ from typing import Any
 
 from stream_pipelines import store
 from stream_pipelines.config import PipelineConfig
-from stream_pipelines.control import process_exists
+from stream_pipelines.procfs import process_exists
 
 LEASE_FILE = "lease.json"
 STALE_LEASES_KEPT = 3

@@ -3,7 +3,9 @@
     load config -> preflight -> take ownership -> start queries -> observe -> stop or fail -> record the exit
 
 - load config: ``--env``/``--conf-dir``/``--set``; a bad value exits ``BAD_CONFIG`` with the message;
-- preflight: the checkpoint preflight, before any JVM starts; a refusal exits ``CHECKPOINT_REFUSED``;
+- preflight: the start checks (``launch.start_checks``: topics, cluster access, the checkpoint), before
+  any JVM starts, unless the launcher ran them (``--checked``); a refusal exits ``BAD_CONFIG`` or
+  ``CHECKPOINT_REFUSED``;
 - take ownership: the app's lease (``lease.py``): a second driver refuses with ``OWNED_ELSEWHERE``;
   from here on the lease is renewed on its own timer, and the control store records this driver as
   the app's running process;
@@ -32,10 +34,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stream_pipelines.batch_log import BatchLogRecorder
+from stream_pipelines.checkpoint.format import kafka_offsets
+from stream_pipelines.checkpoint.inspect import record_fingerprints
 from stream_pipelines.config import ConfigError, PipelineConfig, add_config_arguments, config_from_args
 from stream_pipelines.control import ControlStore, ExitStatus
 from stream_pipelines.exit_codes import ExitCode
+from stream_pipelines.launch import CHECKED, StartRefused, start_checks
 from stream_pipelines.lease import Lease, LeaseHeldError, LeaseKeeper
+from stream_pipelines.metrics import MetricsExporter, MetricsPortInUseError
 from stream_pipelines.registry import App
 from stream_pipelines.registry import app as declared_app
 
@@ -50,12 +57,12 @@ def run_app(app_name: str, argv: Sequence[str] | None = None) -> int:
     """The driver's main: the whole life of one app, top to bottom."""
     app = declared_app(app_name)
     try:
-        config, trigger = load_app_config(app, argv)
+        config, trigger, checked = load_app_config(app, argv)
     except ConfigError as error:
         _log(app.name, str(error))
         return ExitCode.BAD_CONFIG
     try:
-        refused = preflight(config, app)
+        refused = ExitCode.OK if checked else preflight(config, app)
         if refused:
             return refused
         lease = Lease(config, app.name)
@@ -89,7 +96,6 @@ def clear_earlier_scratch(config: PipelineConfig, app: App) -> None:
 
 
 def _run_owned(config: PipelineConfig, app: App, trigger: TriggerMode, keeper: LeaseKeeper) -> ExitCode:
-    from stream_pipelines.metrics import MetricsPortInUseError
     from stream_pipelines.runtime import get_spark
 
     spark = get_spark(config, app.name, own_scratch=True)
@@ -106,7 +112,7 @@ def _run_owned(config: PipelineConfig, app: App, trigger: TriggerMode, keeper: L
         return ExitCode.BAD_CONFIG
 
 
-def load_app_config(app: App, argv: Sequence[str] | None) -> tuple[PipelineConfig, TriggerMode]:
+def load_app_config(app: App, argv: Sequence[str] | None) -> tuple[PipelineConfig, TriggerMode, bool]:
     parser = argparse.ArgumentParser(prog=app.name, description=app.description)
     add_config_arguments(parser)
     parser.add_argument(
@@ -116,29 +122,23 @@ def load_app_config(app: App, argv: Sequence[str] | None) -> tuple[PipelineConfi
         help="processing: run continuously at the configured interval; "
         "available-now: process what is there now, then exit (backfills, tests)",
     )
+    parser.add_argument(
+        CHECKED,
+        action="store_true",
+        help="the launcher ran the start checks (launch.prepare); the driver does not run them again",
+    )
     args = parser.parse_args(argv)
-    return config_from_args(args), args.trigger
+    return config_from_args(args), args.trigger, args.checked
 
 
 def preflight(config: PipelineConfig, app: App) -> ExitCode:
-    """Before the session, so a refused start costs no JVM: the topics exist, and the checkpoint may be
-    started from (its resume point lands in the log). ``OK``, or the exit code of the refusal."""
-    from stream_pipelines.checkpoint.inspect import CheckpointError
-    from stream_pipelines.checkpoint.inspect import preflight as checkpoint_preflight
-    from stream_pipelines.topics import REFUSALS, require_topics
-
+    """The start checks (``launch.start_checks``), before the session, so a refused start costs no JVM:
+    ``OK``, or the exit code of the refusal."""
     try:
-        unchecked = require_topics(config, app.name)
-        if unchecked:
-            _log(app.name, unchecked)
-    except REFUSALS as error:
-        _log(app.name, str(error))
-        return ExitCode.BAD_CONFIG
-    try:
-        print(checkpoint_preflight(config, app.name).describe(), file=sys.stderr, flush=True)
-    except CheckpointError as error:
-        _log(app.name, str(error))
-        return ExitCode.CHECKPOINT_REFUSED
+        start_checks(config, app, lambda line: print(line, file=sys.stderr, flush=True))
+    except StartRefused as refused:
+        _log(app.name, str(refused))
+        return refused.code
     return ExitCode.OK
 
 
@@ -147,8 +147,6 @@ def observed(
     config: PipelineConfig, app: App, spark: SparkSession
 ) -> Iterator[Callable[[list[StreamingQuery]], None]]:
     """The metrics exporter and the batch log around the queries; yields what starts the batch log."""
-    from stream_pipelines.batch_log import BatchLogRecorder
-    from stream_pipelines.metrics import MetricsExporter
 
     exporter = MetricsExporter(config, app.name).start(spark)
     batch_log = BatchLogRecorder(config, app.name)
@@ -161,7 +159,6 @@ def observed(
 
 def start_queries(config: PipelineConfig, app: App, spark: SparkSession) -> list[StreamSink]:
     """The app's queries as declared; a new checkpoint remembers the settings that shape its state."""
-    from stream_pipelines.checkpoint.inspect import record_fingerprints
 
     sinks = build_sinks(app, spark, config)
     record_fingerprints(config, app.name)
@@ -282,7 +279,6 @@ def query_progress(queries: list[StreamingQuery]) -> dict[str, dict[str, object]
 
 def _end_offsets(progress: Any) -> dict[str, dict[str, str | int]]:
     """Topic -> partition -> offset where the last batch ended, over the query's Kafka sources."""
-    from stream_pipelines.checkpoint.format import kafka_offsets
 
     # PySpark's lastProgress turns each source's offsets into str(dict), a Python repr; the
     # progress's own JSON keeps them as JSON.

@@ -305,7 +305,7 @@ class ProgressRecorder:
         self.app = app
         self._clock = clock
         self._accepts = query_filter or (lambda name: name.startswith(f"{app}."))
-        self._trigger_seconds = declared_app(app).trigger(config).seconds
+        self._trigger_seconds = declared_app(app).trigger_interval(config).seconds
         self._stream_delays = watermark_delays(config, app)
         self._query_delay = max(self._stream_delays.values(), default=None)
         self._control = ControlStore(config)

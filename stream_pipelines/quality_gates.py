@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stream_pipelines import registry, store
+from stream_pipelines.data_docs_assets import localize
 from stream_pipelines.runtime import read_dataset_day
 
 if TYPE_CHECKING:
@@ -127,8 +128,6 @@ def validate(
 ) -> GateResult:
     """Run one suite over a Spark DataFrame through a Checkpoint that also updates the Data Docs."""
     import great_expectations as gx
-
-    from stream_pipelines.data_docs_assets import localize
 
     project_root = gx_project_root(config)
     context = gx.get_context(mode="file", project_root_dir=str(project_root))

@@ -212,6 +212,11 @@ def spark_query_name(app: str, query: str) -> str:
     return f"{app}.{query}"
 
 
+def query_of(spark_name: str) -> str:
+    """The query's own name (its sink's) in a name that ``spark_query_name`` made."""
+    return spark_name.split(".", 1)[-1]
+
+
 @dataclass(frozen=True)
 class Query:
     """One streaming query of an app: its checkpoint, its sink and what shapes its state."""
@@ -285,7 +290,9 @@ class App:
         """The spark-submit script, ``spark_apps/<name>.py``: it runs ``lifecycle.run_app``."""
         return str(PROJECT_ROOT / "spark_apps" / f"{self.name}.py")
 
-    def trigger(self, config: PipelineConfig) -> Duration:
+    def trigger_interval(self, config: PipelineConfig) -> Duration:
+        """How often the app's queries start a batch (its section's ``trigger``); how they run, continuously
+        or once over what is there, is the driver's ``TriggerMode``."""
         return getattr(config, self.settings_section).trigger
 
     def metrics_port(self, config: PipelineConfig) -> int:

@@ -22,6 +22,7 @@ from stream_pipelines.checkpoint.format import STATE_STORE_PROVIDERS
 from stream_pipelines.config import PipelineConfig, TopicSettings
 from stream_pipelines.kafka_security import SECRET_OPTIONS_PATTERN
 from stream_pipelines.parsing import RAW_SCHEMA
+from stream_pipelines.procfs import process_age_s
 from stream_pipelines.store import uses_object_store
 
 if TYPE_CHECKING:
@@ -152,7 +153,6 @@ def driver_started_at() -> float:
     Under spark-submit the JVM came first and started this Python process (so it is the parent, and it
     may already have made its launch folder in the scratch); otherwise the JVM starts later, from here.
     """
-    from stream_pipelines.control import process_age_s
 
     now = time.time()
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
@@ -371,7 +371,7 @@ def start_sink(config: PipelineConfig, app: str, sink: StreamSink, trigger: Trig
     if trigger == "available-now":
         writer = writer.trigger(availableNow=True)
     else:
-        writer = writer.trigger(processingTime=registry.app(app).trigger(config).spark())
+        writer = writer.trigger(processingTime=registry.app(app).trigger_interval(config).spark())
     return writer.start()
 
 

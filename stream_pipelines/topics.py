@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from stream_pipelines.config import PipelineConfig, TopicSettings
 from stream_pipelines.kafka_clients import KafkaAccessRefused, admin_client, cluster_metadata
+from stream_pipelines.registry import app as declared_app
 
 
 def ensure_topics(config: PipelineConfig, timeout_s: float = 30.0) -> dict[str, str]:
@@ -65,8 +66,6 @@ def require_topics(config: PipelineConfig, app: str, timeout_s: float = 15.0) ->
     good during a broker restart. The check is then skipped with a warning (returned) and Spark's
     own clients retry the connection."""
     from confluent_kafka import KafkaException
-
-    from stream_pipelines.registry import app as declared_app
 
     declared = declared_app(app)
     needed = declared.sink_topic_names(config)

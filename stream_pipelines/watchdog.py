@@ -20,8 +20,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from stream_pipelines.checkpoint import format as checkpoint_format
 from stream_pipelines.config import PipelineConfig
 from stream_pipelines.lease import LeaseRecord
+from stream_pipelines.registry import app as declared_app
+from stream_pipelines.registry import query_of
+from stream_pipelines.store import location
 
 # How many offsets wait beyond a query's last batch, given its name and the end offsets the lease
 # carries: None when that cannot be told (no Kafka offsets, or the broker did not answer), which never
@@ -37,10 +41,8 @@ class WatchdogSettings:
 
     @classmethod
     def of(cls, config: PipelineConfig, app: str) -> WatchdogSettings:
-        from stream_pipelines.registry import app as declared_app
-
         supervision = config.supervision
-        trigger_s = declared_app(app).trigger(config).seconds
+        trigger_s = declared_app(app).trigger_interval(config).seconds
         return cls(
             trigger_s=trigger_s,
             window_s=max(supervision.watchdog_triggers * trigger_s, supervision.watchdog_min_window.seconds),
@@ -119,10 +121,7 @@ def query_backlog(
 def checkpoint_end_offsets(config: PipelineConfig, app: str, query: str) -> dict[str, dict[str, int]]:
     """Where the query's last committed batch ended in each Kafka partition, or, before its first
     commit, where it starts; empty when the checkpoint cannot be read."""
-    from stream_pipelines.checkpoint import format as checkpoint_format
-    from stream_pipelines.store import location
-
-    folder = location(config, config.checkpoint_dir(app, query.split(".", 1)[-1]))
+    folder = location(config, config.checkpoint_dir(app, query_of(query)))
     if not folder.is_dir():
         return {}
     try:

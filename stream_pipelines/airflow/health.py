@@ -35,9 +35,10 @@ import yaml
 
 from stream_pipelines import store
 from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
-from stream_pipelines.control import AppStatus, ControlStore, app_status, process_exists
+from stream_pipelines.control import AppStatus, ControlStore, app_status
 from stream_pipelines.lease import Lease, LeaseRecord
-from stream_pipelines.registry import APP_NAMES, APPS
+from stream_pipelines.procfs import process_exists
+from stream_pipelines.registry import APP_NAMES, APPS, spark_query_name
 from stream_pipelines.registry import app as declared_app
 from stream_pipelines.store import StoreError
 from stream_pipelines.watchdog import Watchdog, WatchdogSettings
@@ -371,7 +372,7 @@ def app_row(
         alerts=[a for a in alerts if a.get("labels", {}).get("app") == app],
         actions=action_links(app),
     )
-    queries = [f"{app}.{name}" for name in declared_app(app).query_names]
+    queries = [spark_query_name(app, name) for name in declared_app(app).query_names]
     values = {name: _by_query(samples or [], f"pipeline_{name}") for name in _QUERY_VALUES}
     for query in queries:
         health = QueryHealth(query=query)
@@ -465,7 +466,9 @@ def last_committed(config: PipelineConfig, app: str) -> dict[str, CommittedBatch
             if entry.isdigit()  # not the .crc files beside them
         }
         newest = max(entries, default=None)
-        found[f"{app}.{name}"] = None if newest is None else CommittedBatch(newest, entries[newest])
+        found[spark_query_name(app, name)] = (
+            None if newest is None else CommittedBatch(newest, entries[newest])
+        )
     return found
 
 

@@ -27,7 +27,9 @@ from airflow.plugins_manager import AirflowPlugin
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
+from stream_pipelines import store
 from stream_pipelines.airflow import health, task_config
+from stream_pipelines.registry import query_of
 
 URL_PREFIX = "/streaming-pipeline"
 PAGE_NAME = "Streaming pipeline"
@@ -82,7 +84,6 @@ def create_app() -> FastAPI:
         match = _REPORT_FILE.fullmatch(name)
         if not _REPORT_DAY.fullmatch(day) or match is None:
             raise HTTPException(404, f"no report file {day}/{name}")
-        from stream_pipelines import store
 
         target = health.reconciliation_root(task_config()) / day / name
         try:
@@ -286,7 +287,7 @@ def _query(query: health.QueryHealth) -> str:
             data_field="watermark_lag_threshold_s",
         )
         watermark = _small(f"watermark {_e(query.watermark)}, lag {lag} (alert &gt; {threshold})")
-    name = _tag("b", _e(query.query.split(".", 1)[-1]))
+    name = _tag("b", _e(query_of(query.query)))
     return _tag("li", f"{name}: {committed}{watermark}", data_query=query.query)
 
 

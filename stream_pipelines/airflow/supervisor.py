@@ -34,8 +34,12 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk.definitions.retry_policy import RetryDecision, RetryPolicy
 
 from stream_pipelines.airflow import task_config
+from stream_pipelines.control import ControlStore, CrashLoopError, should_run
 from stream_pipelines.exit_codes import NOT_RETRIED, ExitCode
+from stream_pipelines.lease import Lease, live_owner
+from stream_pipelines.procfs import group_running, process_exists
 from stream_pipelines.registry import app as declared_app
+from stream_pipelines.watchdog import KafkaBacklog, Watchdog, WatchdogSettings, query_backlog
 
 
 class SupervisorRetryPolicy(RetryPolicy):
@@ -47,8 +51,6 @@ class SupervisorRetryPolicy(RetryPolicy):
     def evaluate(
         self, exception: BaseException, try_number: int, max_tries: int, context=None
     ) -> RetryDecision:
-        from stream_pipelines.control import ControlStore, CrashLoopError
-
         config = task_config()
         settings = config.supervision
         cause = _describe_crash(exception)
@@ -130,12 +132,8 @@ class StreamingAppOperator(SparkSubmitOperator):
     def execute(self, context: Any) -> None:
         from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-        from stream_pipelines.checkpoint.inspect import CheckpointError, preflight
-        from stream_pipelines.control import ControlStore, should_run
-        from stream_pipelines.lease import Lease, live_owner
-        from stream_pipelines.runtime import spark_conf
-        from stream_pipelines.submit import application_args, submit_environment
-        from stream_pipelines.topics import REFUSALS, require_topics
+        from stream_pipelines.launch import StartRefused, prepare
+        from stream_pipelines.submit import submit_environment
 
         config = task_config()
         wanted, why = should_run(config, self.app)
@@ -148,25 +146,12 @@ class StreamingAppOperator(SparkSubmitOperator):
             self._adopt(config, Lease(config, self.app), owner)
             return
         try:
-            unchecked = require_topics(config, self.app)
-            if unchecked:
-                self.log.warning("%s: %s", self.app, unchecked)
-        except REFUSALS as error:
-            raise AirflowFailException(str(error)) from None
-        try:
-            report = preflight(config, self.app)
-        except CheckpointError as error:
-            raise AirflowFailException(
-                f"checkpoint preflight refused to start {self.app}:\n{error}"
-            ) from None
-        self.log.info("checkpoint preflight for %s:\n%s", self.app, report.describe())
-        store = ControlStore(config)
-        if store.clear_stop(self.app):
-            self.log.info("removed a stop marker left by an earlier stop")
-        store.mark_starting(self.app)
-
-        self.conf = spark_conf(config, self.app)
-        self.application_args = application_args(config, "processing")
+            launch = prepare(config, declared_app(self.app), "processing", log=self.log.info)
+        except StartRefused as refused:
+            # Every start refusal is final (exit_codes.NOT_RETRIED): a restart cannot fix it.
+            raise AirflowFailException(str(refused)) from None
+        self.conf = launch.spark_conf
+        self.application_args = launch.application_args
         self._conn_id = config.supervision.spark_conn_id
         environment = submit_environment()
         self.env_vars = {
@@ -204,8 +189,6 @@ class StreamingAppOperator(SparkSubmitOperator):
         the retry policy restarts from the checkpoint. The watchdog follows it as it would our own."""
         from airflow.sdk.exceptions import AirflowException
 
-        from stream_pipelines.control import ControlStore
-
         self.log.info("adopting %s: %s", self.app, owner.describe())
         guard = _WatchdogThread(self, config, lambda: _owner_group(lease)).start()
         interval = config.supervision.heartbeat_interval.seconds
@@ -239,7 +222,6 @@ class StreamingAppOperator(SparkSubmitOperator):
 
     def on_kill(self) -> None:
         """Airflow is stopping the task: ask the app to drain and stop before anything harsher."""
-        from stream_pipelines.control import ControlStore
 
         config = task_config()
         ControlStore(config).request_stop(self.app)
@@ -256,7 +238,6 @@ def _submitted_group(hook: Any) -> int | None:
 
 def _owner_group(lease: Any) -> int | None:
     """The process group of an adopted driver, when it runs on this host in a group of its own."""
-    from stream_pipelines.control import process_exists
 
     record = lease.read()
     if record is None or record.host != lease.host or not process_exists(record.pid):
@@ -272,7 +253,6 @@ def _owner_group(lease: Any) -> int | None:
 def _end_group(group: int, drain_timeout_s: float) -> bool:
     """Wait up to the drain timeout for a driver's group to exit (a stop was asked); then kill it.
     True when it ended by itself."""
-    from stream_pipelines.control import group_running
 
     deadline = time.monotonic() + drain_timeout_s
     while time.monotonic() < deadline:
@@ -303,7 +283,6 @@ class _WatchdogThread:
     def judging(self, record: Any) -> bool:
         """Whether this watchdog, not the caller, decides about a stale lease: its driver still runs
         here (a frozen one must be stopped and killed before anything restarts the app)."""
-        from stream_pipelines.control import process_exists
 
         if self.busy:
             return True
@@ -320,10 +299,6 @@ class _WatchdogThread:
         self._thread.join(timeout=drain_s + 30 if self.busy else 10)
 
     def _run(self) -> None:
-        from stream_pipelines.control import process_exists
-        from stream_pipelines.lease import Lease
-        from stream_pipelines.watchdog import KafkaBacklog, Watchdog, WatchdogSettings, query_backlog
-
         app, log = self.operator.app, self.operator.log
         lease = Lease(self.config, app)
         backlog = KafkaBacklog(self.config)
@@ -347,8 +322,6 @@ class _WatchdogThread:
             backlog.close()
 
     def _restart(self, verdict: str) -> None:
-        from stream_pipelines.control import ControlStore
-
         app, log = self.operator.app, self.operator.log
         store = ControlStore(self.config)
         drain_s = self.config.supervision.drain_timeout.seconds
@@ -378,7 +351,6 @@ def _progress_line(queries: dict[str, dict[str, Any]]) -> str:
 
 def app_is_wanted(app: str) -> bool:
     """The supervisor's sensor: True when the app should run; otherwise logs why it waits."""
-    from stream_pipelines.control import should_run
 
     wanted, why = should_run(task_config(), app)
     print(why, file=sys.stderr if not wanted else sys.stdout, flush=True)

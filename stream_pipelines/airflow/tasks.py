@@ -8,21 +8,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from stream_pipelines import maintenance
 from stream_pipelines.airflow import task_config
+from stream_pipelines.checkpoint.inspect import CheckpointError
+from stream_pipelines.checkpoint.reset import parse_offsets_argument, parse_reset_time, reset
+from stream_pipelines.control import ControlStore, app_status, apply_action
+from stream_pipelines.kafka_clients import KafkaAccessRefused
 from stream_pipelines.registry import APP_NAMES
 
 
 def control_app(app: str, action: str, reason: str, requested_by: str) -> str:
-    from stream_pipelines.control import apply_action
-
     outcome = apply_action(task_config(), app, action, by=requested_by, reason=reason)  # type: ignore[arg-type]
     print(outcome, flush=True)
     return outcome
 
 
 def status_table() -> str:
-    from stream_pipelines.control import app_status
-
     config = task_config()
     lines = [f"{'app':<20} {'state':<14} detail"]
     for app in APP_NAMES:
@@ -36,11 +37,6 @@ def status_table() -> str:
 def reset_checkpoint(params: dict[str, Any]) -> str:
     """The checkpoint_reset DAG's task: refuses unless the app is stopped and the name is typed to confirm."""
     from airflow.sdk.exceptions import AirflowFailException
-
-    from stream_pipelines.checkpoint.inspect import CheckpointError
-    from stream_pipelines.checkpoint.reset import parse_offsets_argument, parse_reset_time, reset
-    from stream_pipelines.control import ControlStore
-    from stream_pipelines.kafka_clients import KafkaAccessRefused
 
     config = task_config()
     app = params["app"]
@@ -70,8 +66,6 @@ def sweep_outputs(params: dict[str, Any]) -> dict[str, Any]:
     """The output_maintenance DAG's task: the sweep of every file sink, its lines in the task log; fails
     (not retried) when a folder was refused, which needs a person."""
     from airflow.sdk.exceptions import AirflowFailException
-
-    from stream_pipelines import maintenance
 
     config = task_config()
     outcome = maintenance.sweep_and_record(

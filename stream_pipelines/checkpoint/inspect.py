@@ -160,7 +160,7 @@ def write_fingerprint(
     document: dict[str, Any] = {
         "format": FINGERPRINT_FORMAT,
         "app": app,
-        "query": f"{app}.{query}",
+        "query": registry.spark_query_name(app, query),
         "spark_version": running_spark_version(),
         "recorded_at": iso_utc(datetime.now(UTC)),
         "fingerprint": dict(fingerprint),

@@ -47,6 +47,9 @@ from stream_pipelines.checkpoint.inspect import (
     write_fingerprint,
 )
 from stream_pipelines.config import PipelineConfig
+from stream_pipelines.control import ControlStore
+from stream_pipelines.kafka_clients import check_access
+from stream_pipelines.lease import live_owner
 
 ResetFrom = Literal["committed", "offsets", "time"]
 RESET_FROM: tuple[str, ...] = ("committed", "offsets", "time")
@@ -191,7 +194,10 @@ def reset(
     if from_ == "committed" and query_or_all == "all":
         # Nothing committed and no output: the query's next start is a fresh one anyway.
         untouched = {q.query for q in report.queries if not q.exists and q.output_latest_batch is None}
-        skipped = [f"{app}.{name}: no checkpoint, nothing to reset" for name in sorted(untouched)]
+        skipped = [
+            f"{registry.spark_query_name(app, name)}: no checkpoint, nothing to reset"
+            for name in sorted(untouched)
+        ]
         specs = [spec for spec in specs if spec.name not in untouched]
     fingerprints = query_fingerprints(config, app)
     wanted = _resolve_kafka_offsets(config, specs, from_, offsets, timestamp_ms)
@@ -222,7 +228,7 @@ def reset(
         _replace_checkpoint(plan, kept, fingerprints[plan.spec.name], reset_info)
         results.append(
             QueryReset(
-                query=f"{app}.{plan.spec.name}",
+                query=registry.spark_query_name(app, plan.spec.name),
                 path=str(plan.checkpoint),
                 old_checkpoint=str(kept) if kept else None,
                 first_batch=first_batch,
@@ -386,8 +392,6 @@ def _refuse_if_running(
 ) -> None:
     """A reset under a running query would be overwritten by it: refuse while the app owns its lease, or
     (for a driver from before leases) while its checkpoint is being written."""
-    from stream_pipelines.control import ControlStore
-    from stream_pipelines.lease import live_owner
 
     owner = live_owner(config, app)
     if owner is not None:
@@ -410,7 +414,7 @@ def _refuse_if_running(
     quiet = (
         quiet_period_s
         if quiet_period_s is not None
-        else max(60.0, 3 * registry.app(app).trigger(config).seconds)
+        else max(60.0, 3 * registry.app(app).trigger_interval(config).seconds)
     )
     age = time.time() - last_write
     if age < quiet:
@@ -539,8 +543,6 @@ def _resolve_kafka_offsets(
             "(reset from committed works for files sources)"
         )
     from confluent_kafka import Consumer, KafkaException, TopicPartition
-
-    from stream_pipelines.kafka_clients import check_access
 
     check_access(config)
     topics = sorted({topic for spec in specs for topic in spec.topics})

@@ -81,10 +81,10 @@ def test_a_killed_drivers_lease_is_stale_at_once_even_while_it_is_an_unreaped_zo
 
 def test_without_proc_a_live_drivers_lease_still_holds_and_a_dead_ones_is_stale(config, monkeypatch):
     # Off Linux there is no /proc to read a process state from: liveness falls back to signal 0.
-    from stream_pipelines import control
+    from stream_pipelines import procfs
 
-    monkeypatch.setattr(control, "_has_proc", lambda: False)
-    monkeypatch.setattr(control, "proc_stat", lambda _pid: [])
+    monkeypatch.setattr(procfs, "_has_proc", lambda: False)
+    monkeypatch.setattr(procfs, "proc_stat", lambda _pid: [])
     live = Lease(config, APP)
     live.acquire(log=print)
     with pytest.raises(LeaseHeldError):

@@ -49,7 +49,7 @@ def test_metrics_ports_are_distinct_and_come_from_config_first(config):
 
 def test_triggers_and_watermarks_come_from_each_apps_config_section(config):
     changed = load_config("local", ["sensors.trigger=3 seconds", "ads.clicks_watermark=1 minute"], environ={})
-    assert registry.SENSOR_AGGREGATION.trigger(changed).seconds == 3
+    assert registry.SENSOR_AGGREGATION.trigger_interval(changed).seconds == 3
     assert registry.AD_MATCHING.watermarks(changed)["clicks"].seconds == 60
     assert registry.RAW_ARCHIVE.watermarks(config) == {}
 

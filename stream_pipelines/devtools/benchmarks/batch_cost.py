@@ -35,7 +35,6 @@ from typing import Any
 
 from stream_pipelines import registry
 from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
-from stream_pipelines.control import process_age_s
 from stream_pipelines.devtools.benchmarks.common import (
     BenchmarkError,
     Interrupts,
@@ -58,6 +57,7 @@ from stream_pipelines.devtools.benchmarks.streaming import (
     unknown_queries,
 )
 from stream_pipelines.devtools.processes import tree_cpu_seconds
+from stream_pipelines.procfs import process_age_s
 
 DEFAULT_OUT = PROJECT_ROOT / "data" / "bench" / "batch_cost.json"
 SIZES = (1, 50, 500, 5_000)
@@ -125,7 +125,7 @@ def measure_size(
 def measure_app(
     spark: Any, config: PipelineConfig, app: str, jvm: int, args: argparse.Namespace, interrupts: Interrupts
 ) -> dict[str, Any]:
-    trigger_s = registry.APPS[app].trigger(config).seconds
+    trigger_s = registry.APPS[app].trigger_interval(config).seconds
     offsets = BrokerOffsets(config, app)
     producer = PacedProducer(config, app).start()
     loaded = LoadedApp(spark, config, app, f"batch-cost-{app}", offsets, interrupts, only=args.queries)

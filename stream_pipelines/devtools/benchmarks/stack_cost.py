@@ -488,7 +488,7 @@ def run_benchmark(args: argparse.Namespace, interrupts: Interrupts) -> dict[str,
         freshness = freshness_summary(
             watcher.visible_at,
             sensors.watermark.seconds,
-            registry.APPS[KILLED_APP].trigger(config).seconds,
+            registry.APPS[KILLED_APP].trigger_interval(config).seconds,
             settle_from,
         )
         freshness["window_s"] = sensors.window.seconds

@@ -985,7 +985,7 @@ def search_sustained(
     profile: Profile,
     interrupts: Interrupts,
 ) -> Search:
-    trigger_s = registry.app(app).trigger(config).seconds
+    trigger_s = registry.app(app).trigger_interval(config).seconds
     started = time.monotonic()
     load_before = load_average()
     offsets = BrokerOffsets(config, app)
@@ -1228,7 +1228,7 @@ def build_results(
             "apps": list(args.apps),
             "spark_master": config.spark.master,
             "driver_memory": config.spark.driver_memory,
-            "triggers": {app: str(registry.app(app).trigger(config)) for app in APPS},
+            "triggers": {app: str(registry.app(app).trigger_interval(config)) for app in APPS},
             "variants": {
                 name: {
                     "shuffle_partitions": variant.spark.shuffle_partitions,
