@@ -7,7 +7,7 @@ export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(BIN)/python
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: help setup lock demo chaos test test-deps up down status standalone-start standalone-stop standalone-status test-fast lint format broker-start broker-stop broker-status bench-ingest bench-streaming bench-metrics bench-reconcile bench-startup bench-batch-cost bench-stack clean
+.PHONY: help setup lock demo chaos test test-deps up down status standalone-start standalone-stop standalone-status hdfs-start hdfs-stop hdfs-status test-fast lint format broker-start broker-stop broker-status bench-ingest bench-streaming bench-metrics bench-reconcile bench-startup bench-batch-cost bench-stack clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -66,6 +66,15 @@ standalone-stop:
 
 standalone-status:
 	$(BIN)/python -m stream_pipelines.devtools.standalone status
+
+hdfs-start: setup  ## a single-node HDFS on 127.0.0.1 (prints fs.defaultFS; then --set paths.data_root=hdfs://127.0.0.1:<port>/pipeline)
+	$(BIN)/python -m stream_pipelines.devtools.hdfs start
+
+hdfs-stop:
+	$(BIN)/python -m stream_pipelines.devtools.hdfs stop
+
+hdfs-status:
+	$(BIN)/python -m stream_pipelines.devtools.hdfs status
 
 bench-ingest: setup  ## ingest benchmark: Kafka->noop, ->parse, ->archive vs kafka-consumer-perf-test
 	$(BIN)/python -m stream_pipelines.devtools.benchmarks.ingest $(BENCH_ARGS)

@@ -472,7 +472,8 @@ class PipelineConfig(_Section):
                 raise ValueError(
                     f"paths.{name}: {location} is on {kind}://, which the checkpoint preflight, the lease, "
                     f"the control records and the batch log cannot read or write; use a local path, "
-                    f"file:// (a folder every host mounts) or s3a:// (see README, Running on a cluster)"
+                    f"file:// (a folder every host mounts), s3a:// or hdfs://<namenode>:<port>/ "
+                    f"(see README, Running on a cluster)"
                 )
         try:
             s3_options(self.spark.extra_conf)

@@ -20,7 +20,7 @@ from stream_pipelines.config import PROJECT_ROOT
 
 DESCRIPTOR_DIR = PROJECT_ROOT / "infra" / "jvm"
 CACHE_VARIABLE = "PIPELINE_JVM_CACHE"
-BUNDLES = ("spark-kafka", "spark-s3a", "kafka-broker")
+BUNDLES = ("spark-kafka", "spark-s3a", "kafka-broker", "hdfs-server")
 MINIMUM_JAVA = 17
 
 
@@ -153,3 +153,34 @@ def spark_s3a_jars() -> list[str]:
 
 def kafka_classpath() -> str:
     return os.pathsep.join(str(jar) for jar in jars("kafka-broker"))
+
+
+# The jars of pyspark's own distribution the HDFS daemons run on beside the hdfs-server bundle: the same
+# Hadoop 3.4.2 client Spark uses, and its logging. Names, not globs: a pyspark upgrade that changes them
+# must fail here, loudly, and bring infra/jvm/hdfs-server.ivy.xml along.
+HDFS_SERVER_PYSPARK_JARS = (
+    "hadoop-client-api-3.4.2.jar",
+    "hadoop-client-runtime-3.4.2.jar",
+    "slf4j-api-2.0.17.jar",
+    "jcl-over-slf4j-2.0.17.jar",
+    "log4j-api-2.24.3.jar",
+    "log4j-core-2.24.3.jar",
+    "log4j-slf4j2-impl-2.24.3.jar",
+    "log4j-1.2-api-2.24.3.jar",
+)
+
+
+def hdfs_server_classpath(conf_dir: Path) -> str:
+    """The classpath of a NameNode or DataNode: its config folder first, the hdfs-server bundle, then
+    the Hadoop client and logging jars pyspark ships (not on Spark's classpath twice: separate JVMs)."""
+    import pyspark  # deferred: only the HDFS launcher needs it
+
+    spark_jars = Path(pyspark.__file__).parent / "jars"
+    shipped = [spark_jars / name for name in HDFS_SERVER_PYSPARK_JARS]
+    missing = [str(jar) for jar in shipped if not jar.is_file()]
+    if missing:
+        raise JvmSetupError(
+            f"pyspark no longer ships {', '.join(missing)}: update jvm.HDFS_SERVER_PYSPARK_JARS and "
+            "infra/jvm/hdfs-server.ivy.xml to the Hadoop version pyspark ships"
+        )
+    return os.pathsep.join(str(entry) for entry in [conf_dir, *jars("hdfs-server"), *shipped])

@@ -14,11 +14,14 @@ otherwise duplicate every window it joins); a row without a sensor_id fails the 
 from __future__ import annotations
 
 import csv
+import io
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
+from stream_pipelines import store
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -40,17 +43,29 @@ class SensorMetadataError(RuntimeError):
     pass
 
 
-def read_metadata_rows(path: str) -> list[tuple[str, str | None, str | None, int | None, str | None]]:
-    """The metadata file as rows of SENSOR_METADATA_SCHEMA, one per sensor_id."""
+def _open_text(path: str) -> TextIO:
+    """The file, for a local path, file://, or hdfs://<namenode>:<port>/... (read through the file layer,
+    as the user Spark runs as): every Python worker opens it itself."""
     if path.startswith("file://"):
         path = path.removeprefix("file://")
-    elif "://" in path:
+    if store.scheme(path) == "hdfs":
+        try:
+            target = store.location(None, path)
+        except store.StoreError as error:
+            raise SensorMetadataError(f"sensor metadata at {path}: {error}") from None
+        return io.TextIOWrapper(target.open("rb"), encoding="utf-8", newline="")
+    if "://" in path:
         raise SensorMetadataError(
-            f"sensor metadata at {path}: Python workers read it with open(), so it must be a local or "
-            "mounted path (or file://...), not an object-store URI"
+            f"sensor metadata at {path}: Python workers open it themselves, so it must be a local or "
+            "mounted path (or file://...), or on HDFS as hdfs://<namenode>:<port>/..."
         )
+    return open(path, newline="", encoding="utf-8")
+
+
+def read_metadata_rows(path: str) -> list[tuple[str, str | None, str | None, int | None, str | None]]:
+    """The metadata file as rows of SENSOR_METADATA_SCHEMA, one per sensor_id."""
     try:
-        handle = open(path, newline="", encoding="utf-8")  # noqa: SIM115 - closed below
+        handle = _open_text(path)
     except FileNotFoundError:
         raise SensorMetadataError(f"sensor metadata file not found: {path}") from None
     with handle:

@@ -6,6 +6,11 @@ and an object store. A location is a URL (``s3a://bucket/key``, ``file:///path``
 :func:`location` returns a pathlib-style object for it (``universal_pathlib`` over ``fsspec``), and a
 local path stays a plain :class:`pathlib.Path`.
 
+``hdfs://namenode:port/path`` maps to ``hdfs-native`` (a native HDFS RPC client, which registers fsspec's
+``hdfs`` protocol), reaching the NameNode the URL names, or, for ``hdfs:///path``, the one
+``spark.hadoop.fs.defaultFS`` in ``spark.extra_conf`` names; it acts as ``HADOOP_USER_NAME`` (else the OS
+user), as Spark's Hadoop client does. See docs/decisions/0009-hdfs-client.md for why not WebHDFS or pyarrow.
+
 Why fsspec (with s3fs): it is what pandas, Dask and pyarrow datasets use for remote paths, its s3
 implementation sends conditional PUTs (``If-None-Match: *``), which the lease needs, and
 ``universal_pathlib`` gives it the pathlib API the checkpoint reader already spoke. pyarrow's
@@ -29,6 +34,15 @@ S3            one PUT: an object appears whole, and S3    PUT with ``If-None-Mat
               reads after a write see it (strongly        refuses it if the key exists (AWS since
               consistent since December 2020)             2024, MinIO, moto); takeover and renewal
                                                           are PUTs with ``If-Match: <etag>``
+HDFS          temporary file, closed, then renamed over   temporary file, closed, then renamed to the
+              the target (one NameNode operation): a      name without overwrite: the NameNode refuses
+              file is visible to others once closed, and  it if the name exists (atomic), and a killed
+              readers see the old or the new file         writer leaves only a temporary file. No
+                                                          conditional write: the version is the file's
+                                                          mtime and length, a takeover renames the old
+                                                          lease aside (of two callers only one can) and
+                                                          checks its version; :func:`update_json` locks
+                                                          with an exclusively created ``<name>.lock``
 ============  ==========================================  ==========================================
 """
 
@@ -36,13 +50,19 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import shutil
+import socket
+import time
+import urllib.parse
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from stream_pipelines.procfs import process_exists
 
 if TYPE_CHECKING:
     from stream_pipelines.config import PipelineConfig
@@ -61,8 +81,12 @@ STORED_PATHS = (
     "compliance",
     "gx",
 )
-SERVED_SCHEMES = ("file", "s3a", "s3")
+SERVED_SCHEMES = ("file", "s3a", "s3", "hdfs")
 OBJECT_STORE_SCHEMES = ("s3a", "s3")
+# Spark's key for the filesystem of scheme-less Hadoop paths; names the NameNode of an ``hdfs:///path``.
+DEFAULT_FS = "spark.hadoop.fs.defaultFS"
+# An update lock on HDFS older than this is a dead writer's, and broken (a live one holds it for ms).
+HDFS_LOCK_STALE_S = 30.0
 
 
 class StoreError(RuntimeError):
@@ -130,16 +154,83 @@ def location(config: PipelineConfig | None, url: str | Path) -> Path:
         from upath import UPath  # deferred: local-only runs never import fsspec's s3 stack
 
         return UPath(text, **s3_options(config.spark.extra_conf if config is not None else {}))
+    if kind == "hdfs":
+        return _hdfs_location(config, text)
     raise StoreError(
-        f"{text}: the project's file layer serves local paths, file:// and s3a:// locations, not "
+        f"{text}: the project's file layer serves local paths, file://, s3a:// and hdfs:// locations, not "
         f"{kind}://. Spark itself can use it, but the checkpoint preflight, the lease, the control "
         "records and the batch log cannot; put paths.checkpoints, paths.control and paths.batch_log on "
-        "s3a:// or on a folder every host mounts"
+        "s3a://, hdfs:// or on a folder every host mounts"
     )
+
+
+def _hdfs_location(config: PipelineConfig | None, text: str) -> Path:
+    from upath import UPath  # deferred: only hdfs:// locations load the HDFS client
+
+    _register_hdfs_path()
+    parsed = urllib.parse.urlsplit(text)
+    if not parsed.hostname:
+        default = (config.spark.extra_conf if config is not None else {}).get(DEFAULT_FS, "")
+        if scheme(default) != "hdfs" or not urllib.parse.urlsplit(default).hostname:
+            raise StoreError(
+                f"{text} names no NameNode: write hdfs://<namenode>:<port>/path, or set {DEFAULT_FS} "
+                "in spark.extra_conf to hdfs://<namenode>:<port>"
+            )
+        text = f"{default.rstrip('/')}/{parsed.path.lstrip('/')}"
+    return UPath(text)
+
+
+@functools.cache
+def _register_hdfs_path() -> None:
+    """universal_pathlib's HDFS path prints as ``hdfs:///path``, without the NameNode; this one keeps it,
+    so a location turned into text and back (a URL in a record, a log line) still names its cluster."""
+    from upath.implementations.hdfs import HDFSPath
+    from upath.registry import register_implementation
+
+    class NamedHdfsPath(HDFSPath):
+        __slots__ = ()
+
+        def __str__(self) -> str:
+            options = self.storage_options
+            port = f":{options['port']}" if options.get("port") else ""
+            return f"hdfs://{options.get('host') or ''}{port}{self.path}"
+
+    register_implementation("hdfs", NamedHdfsPath, clobber=True)
 
 
 def on_object_store(target: Path) -> bool:
     return getattr(target, "protocol", "file") in OBJECT_STORE_SCHEMES
+
+
+def on_hdfs(target: Path) -> bool:
+    return getattr(target, "protocol", "file") == "hdfs"
+
+
+def _remote(target: Path) -> bool:
+    """Reached through fsspec (an object store or HDFS), not the local filesystem."""
+    return on_object_store(target) or on_hdfs(target)
+
+
+def _temporary(target: Path) -> Path:
+    return target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+
+
+def _hdfs_write_new(target: Path, payload: bytes) -> None:
+    """Create ``target`` (never over an existing file) with ``payload``, closed before returning."""
+    from hdfs_native import WriteOptions
+
+    with target.fs.client.create(target.path, WriteOptions(overwrite=False, create_parent=True)) as out:
+        out.write(payload)
+
+
+def _hdfs_rename(source: Path, target: Path, *, overwrite: bool) -> None:
+    """One NameNode rename; FileExistsError if ``target`` exists and not ``overwrite``."""
+    source.fs.client.rename(source.path, target.path, overwrite)
+
+
+def _hdfs_version(item: dict[str, Any]) -> str:
+    # No file id in hdfs-native's status: modification time (ms) and length.
+    return f"{item.get('modification_time')}-{item.get('size')}"
 
 
 def write_atomically(target: Path, data: bytes | str) -> None:
@@ -147,6 +238,15 @@ def write_atomically(target: Path, data: bytes | str) -> None:
     payload = data.encode() if isinstance(data, str) else data
     if on_object_store(target):
         target.fs.pipe_file(target.path, payload)
+        return
+    if on_hdfs(target):
+        temporary = _temporary(target)
+        try:
+            _hdfs_write_new(temporary, payload)
+            _hdfs_rename(temporary, target, overwrite=True)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                temporary.fs.client.delete(temporary.path, False)
         return
     target.parent.mkdir(parents=True, exist_ok=True)
     temporary = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
@@ -167,6 +267,19 @@ def create_exclusive(target: Path, data: bytes | str) -> str | None:
         except FileExistsError:
             return None
         return _etag(written)
+    if on_hdfs(target):
+        # Never created at the final name: a writer killed mid-write leaves a temporary file, not a
+        # partial lease. The rename without overwrite is the create-if-absent.
+        temporary = _temporary(target)
+        try:
+            _hdfs_write_new(temporary, payload)
+            _hdfs_rename(temporary, target, overwrite=False)
+        except FileExistsError:
+            return None
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                temporary.fs.client.delete(temporary.path, False)
+        return _hdfs_version(target.fs.info(target.path))
     target.parent.mkdir(parents=True, exist_ok=True)
     temporary = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     try:
@@ -186,7 +299,12 @@ def read_versioned(target: Path) -> tuple[bytes, str] | None:
     The version is taken first: if the file changes before the content is read, a replace on that
     version is refused, so a decision made on the content is never written over a newer file."""
     try:
-        version = _etag(target.fs.info(target.path)) if on_object_store(target) else _local_version(target)
+        if on_object_store(target):
+            version = _etag(target.fs.info(target.path))
+        elif on_hdfs(target):
+            version = _hdfs_version(target.fs.info(target.path))
+        else:
+            version = _local_version(target)
         return read_bytes(target), version
     except FileNotFoundError:
         return None
@@ -196,7 +314,7 @@ def read_bytes(target: Path) -> bytes:
     """The whole file. On S3 one GET: a record replaced while it is read comes back whole, old or new
     (s3fs's file object reads by ranges pinned to the ETag it saw first, and fails with FileExpired
     when a writer replaces the object in between, which the lease's renewals do every few seconds)."""
-    if on_object_store(target):
+    if _remote(target):
         return target.fs.cat_file(target.path)
     return target.read_bytes()
 
@@ -225,6 +343,8 @@ def replace_if_unchanged(
                 return None
             raise
         return _etag(written)
+    if on_hdfs(target):
+        return _hdfs_replace_if_unchanged(target, version, payload, aside)
     if aside is not None:
         try:
             os.rename(target, aside)
@@ -238,6 +358,39 @@ def replace_if_unchanged(
         return None
     write_atomically(target, payload)
     return _local_version(target)
+
+
+def _hdfs_replace_if_unchanged(target: Path, version: str, payload: bytes, aside: Path | None) -> str | None:
+    """HDFS has no conditional write. With ``aside``: the file is renamed there (of two callers only one
+    can), its version checked (a file replaced since is put back and the caller refused), and the new
+    one created if absent: a compare-and-swap. Without: compared, then replaced whole (the short race
+    the local filesystem has too)."""
+    if aside is None:
+        try:
+            if _hdfs_version(target.fs.info(target.path)) != version:
+                return None
+        except FileNotFoundError:
+            return None
+        write_atomically(target, payload)
+        return _hdfs_version(target.fs.info(target.path))
+    if not _hdfs_take_aside(target, version, aside):
+        return None
+    return create_exclusive(target, payload)
+
+
+def _hdfs_take_aside(target: Path, version: str, aside: Path) -> bool:
+    """Rename ``target`` to ``aside`` if it is still at ``version``; False (nothing moved) otherwise."""
+    try:
+        _hdfs_rename(target, aside, overwrite=False)
+    except FileNotFoundError:
+        return False
+    if _hdfs_version(aside.fs.info(aside.path)) == version:
+        return True
+    # Replaced between the caller's read and the rename: put the newer file back, unless a create won
+    # the name in between (then that one stands, and this caller is refused either way).
+    with contextlib.suppress(FileExistsError, FileNotFoundError):
+        _hdfs_rename(aside, target, overwrite=False)
+    return False
 
 
 def _local_version(target: Path) -> str:
@@ -258,7 +411,16 @@ def _precondition_failed(error: OSError) -> bool:
 
 def copy_tree(source: Path, target: Path) -> None:
     """Copy a file, or a folder and everything under it, to ``target`` (created or added to): within a
-    store, or from a local disk to an object store."""
+    store, or from a local disk to an object store or HDFS."""
+    if on_hdfs(source):
+        if source.fs.isfile(source.path):
+            _hdfs_copy_file(source, target)
+            return
+        prefix = source.path.rstrip("/") + "/"
+        for key in source.fs.find(prefix):
+            relative = key[len(prefix) :]
+            _hdfs_copy_file(source / relative, target / relative)
+        return
     if on_object_store(source):
         filesystem = source.fs
         if filesystem.isfile(source.path):
@@ -269,7 +431,7 @@ def copy_tree(source: Path, target: Path) -> None:
         for key in filesystem.find(prefix):
             filesystem.copy(key, f"{target.path.rstrip('/')}/{key[len(prefix) :]}")
         return
-    if on_object_store(target):
+    if _remote(target):
         # From a local disk to the store (the Data Docs site, built locally by Great Expectations).
         files = [source] if source.is_file() else [p for p in sorted(source.rglob("*")) if p.is_file()]
         for path in files:
@@ -284,10 +446,33 @@ def copy_tree(source: Path, target: Path) -> None:
         shutil.copyfile(source, target)
 
 
+def _hdfs_copy_file(source: Path, target: Path) -> None:
+    """One file, streamed to a temporary file beside the target and renamed over it (never half there).
+    hdfs-native's own copy names its temporary file relative to the user's home folder."""
+    from hdfs_native import WriteOptions
+
+    temporary = _temporary(target)
+    try:
+        with (
+            source.fs.client.read(source.path) as reader,
+            target.fs.client.create(temporary.path, WriteOptions(overwrite=False, create_parent=True)) as out,
+        ):
+            shutil.copyfileobj(reader, out, 8 * 2**20)
+        _hdfs_rename(temporary, target, overwrite=True)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            temporary.fs.client.delete(temporary.path, False)
+
+
 def move(source: Path, target: Path) -> None:
     """Rename a file or folder. On a filesystem one atomic rename; on an object store, which has no
     rename, a copy of every object and then the delete of the source (callers hold the app's lease or
-    know it stopped, so nobody reads the folder half moved)."""
+    know it stopped, so nobody reads the folder half moved). On HDFS one NameNode rename, like a
+    filesystem's (a file target is replaced, a folder that is not empty is refused)."""
+    if on_hdfs(source):
+        source.fs.client.mkdirs(target.parent.path, 0o755, True)
+        _hdfs_rename(source, target, overwrite=True)
+        return
     if on_object_store(source):
         copy_tree(source, target)
         remove_tree(source)
@@ -297,6 +482,9 @@ def move(source: Path, target: Path) -> None:
 
 def remove_tree(target: Path) -> None:
     """Delete a folder and everything under it; nothing happens if it does not exist."""
+    if on_hdfs(target):
+        target.fs.client.delete(target.path, True)  # False, not an error, when absent
+        return
     if on_object_store(target):
         with contextlib.suppress(FileNotFoundError):
             target.fs.rm(target.path, recursive=True)
@@ -307,7 +495,7 @@ def remove_tree(target: Path) -> None:
 def entries(folder: Path) -> dict[str, tuple[int, float]]:
     """Name -> (size, modification time) of each file in a folder, in one listing (one request on S3);
     empty when the folder does not exist."""
-    if on_object_store(folder):
+    if _remote(folder):
         try:
             listed = folder.fs.ls(folder.path, detail=True)
         except FileNotFoundError:
@@ -336,7 +524,7 @@ def files_under(folder: Path) -> list[str]:
 def tree_entries(folder: Path) -> dict[str, tuple[int, float]]:
     """Relative name -> (size, modification time) of every file under a folder, at any depth, from one
     recursive listing (paged requests on S3, not one per file); empty when the folder does not exist."""
-    if on_object_store(folder):
+    if _remote(folder):
         prefix = folder.path.rstrip("/") + "/"
         try:
             found = folder.fs.find(prefix, detail=True)
@@ -356,6 +544,8 @@ def tree_entries(folder: Path) -> dict[str, tuple[int, float]]:
 
 
 def _modified(item: dict[str, Any]) -> float:
+    if "modification_time" in item:  # hdfs-native: milliseconds since the epoch
+        return float(item["modification_time"] or 0) / 1000.0
     modified = item.get("LastModified") or item.get("mtime")
     return modified.timestamp() if hasattr(modified, "timestamp") else float(modified or 0.0)
 
@@ -366,7 +556,13 @@ def update_json(target: Path, change: Callable[[Any | None], Any], attempts: int
 
     On a filesystem: under an exclusive ``flock`` of ``<name>.lock`` beside it. On S3, which has no
     locks: a conditional PUT on the version read (create-if-absent for a new record), retried from the
-    read when another writer came first."""
+    read when another writer came first. On HDFS, which has neither: under ``<name>.lock`` beside it,
+    created exclusively (see :func:`_hdfs_lock`)."""
+    if on_hdfs(target):
+        with _hdfs_lock(target.with_name(f"{target.name}.lock")):
+            document = change(read_json(target))
+            write_json(target, document)
+            return document
     if not on_object_store(target):
         target.parent.mkdir(parents=True, exist_ok=True)
         with open(target.with_name(f"{target.name}.lock"), "a") as lock:
@@ -385,6 +581,46 @@ def update_json(target: Path, change: Callable[[Any | None], Any], attempts: int
         if written is not None:
             return document
     raise StoreError(f"{target}: {attempts} concurrent updates in a row came first; giving up")
+
+
+@contextlib.contextmanager
+def _hdfs_lock(lock: Path, timeout_s: float = 60.0) -> Any:
+    """Hold ``lock``: a file created exclusively (atomic at the NameNode) naming its holder, deleted on
+    exit. A lock whose holder died (a dead pid on this host, or older than ``HDFS_LOCK_STALE_S``) is
+    broken by renaming it aside on its version, so of two waiters only one breaks it."""
+    mine = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "token": uuid.uuid4().hex})
+    deadline = time.monotonic() + timeout_s
+    pause = 0.005
+    while create_exclusive(lock, mine) is None:
+        _break_if_stale(lock)
+        if time.monotonic() > deadline:
+            raise StoreError(f"{lock}: held by another writer for over {timeout_s:.0f}s; giving up")
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            if read_bytes(lock) == mine.encode():
+                lock.fs.client.delete(lock.path, False)
+
+
+def _break_if_stale(lock: Path) -> None:
+    found = read_versioned(lock)
+    if found is None:
+        return
+    content, version = found
+    try:
+        holder = json.loads(content)
+        dead = holder["host"] == socket.gethostname() and not process_exists(int(holder["pid"]))
+    except (ValueError, KeyError, TypeError):
+        dead = False
+    age = time.time() - float(version.split("-", 1)[0]) / 1000.0
+    if dead or age > HDFS_LOCK_STALE_S:
+        aside = lock.with_name(f"{lock.name}.broken-{uuid.uuid4().hex[:8]}")
+        if _hdfs_take_aside(lock, version, aside):
+            with contextlib.suppress(FileNotFoundError):
+                aside.fs.client.delete(aside.path, False)
 
 
 def write_json(target: Path, document: Any) -> None:

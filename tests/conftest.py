@@ -189,6 +189,27 @@ def s3_root(object_store, monkeypatch: pytest.MonkeyPatch) -> Callable[[], list[
 
 
 @pytest.fixture(scope="session")
+def hdfs(session_root: Path):
+    """A real HDFS (NameNode + DataNode, ``devtools.hdfs.LocalHdfs``) on 127.0.0.1 for the whole session."""
+    from stream_pipelines.devtools.hdfs import LocalHdfs
+
+    with LocalHdfs(session_root / "hdfs") as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def hdfs_root(hdfs) -> Iterator[str]:
+    """``hdfs://127.0.0.1:<port>/test-<id>``: this test's own folder on the session's HDFS, removed after."""
+    import uuid
+
+    from stream_pipelines import store
+
+    url = hdfs.url(f"test-{uuid.uuid4().hex[:12]}")
+    yield url
+    store.remove_tree(store.location(None, url))
+
+
+@pytest.fixture(scope="session")
 def spark(session_root: Path, broker_ports: tuple[int, int]):
     from stream_pipelines.runtime import get_spark
 

@@ -1,5 +1,6 @@
-"""The pipeline on s3a://, against the loopback S3 server: checkpoints, archive, batch log, lease and
-control records all in a bucket, and Spark's S3A connector writing them.
+"""The pipeline on a remote store, against the loopback S3 server and a real HDFS on 127.0.0.1:
+checkpoints, archive, batch log, lease and control records all on the store, Spark's own connector
+(S3A, HDFS client) writing them and the file layer reading them.
 
 The archive is read back without Spark, as another reader would: the files the sink's log lists, with
 pyarrow over the same file layer.
@@ -11,6 +12,8 @@ import os
 import signal
 import time
 from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
 
 import pyarrow.dataset as ds
 import pytest
@@ -35,18 +38,27 @@ from tests.conftest import (
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
 
-def test_the_raw_archive_on_s3_survives_a_kill_minus_nine_exactly_once(
-    broker, make_overrides, s3_root, tmp_path
+@pytest.fixture(params=["s3", "hdfs"])
+def remote_store(request) -> tuple[list[str], Callable[[Path], bool]]:
+    """Overrides that put a test's data root on the store, and the file layer's test for that store."""
+    if request.param == "s3":
+        return request.getfixturevalue("s3_root")(), store.on_object_store
+    return [f"paths.data_root={request.getfixturevalue('hdfs_root')}/pipeline"], store.on_hdfs
+
+
+def test_the_raw_archive_on_a_remote_store_survives_a_kill_minus_nine_exactly_once(
+    broker, make_overrides, remote_store, tmp_path
 ):
+    root, on_the_store = remote_store
     overrides = make_overrides(
         *private_source_topics(),
-        *s3_root(),
+        *root,
         f"paths.scratch={tmp_path}/data/scratch",  # local, and where make_overrides' cleanup looks
         "kafka.max_offsets_per_trigger=300",
         "archive.trigger=1 seconds",
     )
     config = make_overrides_config(overrides)
-    assert config.checkpoint_dir("raw_archive", "archive").startswith("s3a://")
+    assert on_the_store(store.location(config, config.checkpoint_dir("raw_archive", "archive")))
     ensure_topics(config)
     spec = generator.ScenarioSpec(
         seed=13,
@@ -85,7 +97,7 @@ def test_the_raw_archive_on_s3_survives_a_kill_minus_nine_exactly_once(
             os.killpg(app.pid, signal.SIGKILL)
     assert app.returncode == -signal.SIGKILL
     assert not (checkpoint / "commits" / str(killed_batch)).exists(), "the kill came after the commit"
-    # The dead driver's lease is still in the bucket; the next driver takes it over.
+    # The dead driver's lease is still on the store; the next driver takes it over.
     assert Lease(config, "raw_archive").read() is not None
 
     assert "last committed batch" in preflight(config, "raw_archive").describe()
@@ -107,25 +119,28 @@ def test_the_raw_archive_on_s3_survives_a_kill_minus_nine_exactly_once(
     plainly = ds.dataset(archive.path, filesystem=archive.fs, format="parquet", partitioning="hive")
     assert plainly.count_rows() == len(records)
 
-    # The batch log and the control records are in the bucket too, and the lease was released.
+    # The batch log and the control records are on the store too, and the lease was released.
     batches = load_batches(config, "raw_archive", "archive")
     assert batches and all(batch.committed for batch in batches[:-1])
     assert sum(end - start for b in batches for start, end in b.kafka_ranges.values()) == len(records)
     control = ControlStore(config)
-    assert store.on_object_store(control.root) and control.last_exit("raw_archive")["status"] == "finished"
+    assert on_the_store(control.root) and control.last_exit("raw_archive")["status"] == "finished"
     assert Lease(config, "raw_archive").read() is None
 
 
-def test_ad_matching_on_s3_agrees_with_the_nightly_exact_recompute(broker, make_overrides, s3_root, tmp_path):
-    """ad_matching (the stream-stream join, its state and file sinks) with every path in a bucket, then
-    the nightly job over the same bucket: every match it wrote is reproduced by the exact recompute from
+def test_ad_matching_on_a_remote_store_agrees_with_the_nightly_exact_recompute(
+    broker, make_overrides, remote_store, tmp_path
+):
+    """ad_matching (the stream-stream join, its state and file sinks) with every path on the store, then
+    the nightly job over the same store: every match it wrote is reproduced by the exact recompute from
     the archive, or explained or pending, never unexplained."""
+    root, on_the_store = remote_store
     import json
 
     from stream_pipelines.reconciliation.report import report_dir
     from stream_pipelines.registry import AD_MATCHES
 
-    overrides = make_overrides(*private_source_topics(), *s3_root(), f"paths.scratch={tmp_path}/data/scratch")
+    overrides = make_overrides(*private_source_topics(), *root, f"paths.scratch={tmp_path}/data/scratch")
     config = make_overrides_config(overrides)
     ensure_topics(config)
     spec = generator.ScenarioSpec(
@@ -143,10 +158,12 @@ def test_ad_matching_on_s3_agrees_with_the_nightly_exact_recompute(broker, make_
 
     written = committed_rows(config, AD_MATCHES.location(config), ["impression_id", "click_id", "matched"])
     matched = [(row["impression_id"], row["click_id"]) for row in written if row["matched"]]
-    assert matched, "no match written to the bucket"
+    assert matched, "no match written to the store"
     assert len(set(matched)) == len(matched), "an (impression, click) pair written twice"
 
-    report = json.loads((report_dir(config, day.isoformat()) / "report.json").read_text())
+    folder = report_dir(config, day.isoformat())
+    assert on_the_store(folder)
+    report = json.loads((folder / "report.json").read_text())
     assert report["inputs"]["ad_matches_path"] == AD_MATCHES.location(config)
     assert [d for d in report["ad_match_diffs"] if d["verdict"] == "unexplained"] == []
     assert Lease(config, "ad_matching").read() is None

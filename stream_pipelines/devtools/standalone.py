@@ -25,14 +25,15 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from stream_pipelines.config import PROJECT_ROOT
-from stream_pipelines.devtools.processes import free_port
+from stream_pipelines.devtools.daemons import LocalDaemons
+from stream_pipelines.devtools.processes import alive, free_port
 
 HOST = "127.0.0.1"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
@@ -52,10 +53,9 @@ def spark_home() -> Path:
 
 
 @dataclass
-class StandaloneCluster:
+class StandaloneCluster(LocalDaemons):
     """One master and ``workers`` workers on loopback; ``start`` returns once every worker registered."""
 
-    home: Path
     workers: int = 1
     worker_cores: int = 1
     worker_memory: str = "1g"
@@ -64,7 +64,7 @@ class StandaloneCluster:
     worker_webui_port: int = 0
     host: str = HOST
     daemon_memory: str = "256m"
-    _processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, init=False, repr=False)
+    failure = StandaloneError
 
     def __post_init__(self) -> None:
         self.home = Path(self.home).resolve()
@@ -86,9 +86,6 @@ class StandaloneCluster:
     def work_dir(self, index: int = 0) -> Path:
         """Where worker ``index`` keeps its executors' folders: <app id>/<executor id>/{stdout,stderr}."""
         return self.home / f"worker-{index}" / "work"
-
-    def log_file(self, name: str) -> Path:
-        return self.home / f"{name}.log"
 
     def master_state(self, timeout_s: float = 5.0) -> dict[str, Any]:
         """The master's JSON status page: workers, activeapps, completedapps, ..."""
@@ -116,7 +113,7 @@ class StandaloneCluster:
 
     def start(self, timeout_s: float = 90.0) -> StandaloneCluster:
         self.home.mkdir(parents=True, exist_ok=True)
-        running = sorted(path.stem for path in self.home.glob("*.pid") if _alive(self._pid(path.stem)))
+        running = sorted(path.stem for path in self.home.glob("*.pid") if self.daemon_running(path.stem))
         if running:
             raise StandaloneError(f"already running under {self.home}: {', '.join(running)}; stop it first")
         try:
@@ -235,12 +232,6 @@ class StandaloneCluster:
         self._processes[name] = process
         (self.home / f"{name}.pid").write_text(str(process.pid))
 
-    def _pid(self, name: str) -> int | None:
-        try:
-            return int((self.home / f"{name}.pid").read_text().strip())
-        except (FileNotFoundError, ValueError):
-            return None
-
     def _answers(self) -> bool:
         try:
             self.master_state(timeout_s=2.0)
@@ -248,35 +239,9 @@ class StandaloneCluster:
             return False
         return True
 
-    def _wait(self, ready: Callable[[], bool], timeout_s: float, what: str, log_name: str) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if ready():
-                return
-            dead = [name for name, process in self._processes.items() if process.poll() is not None]
-            if dead:
-                raise StandaloneError(f"{dead[0]} exited while waiting for {what}:\n{self._tail(dead[0])}")
-            time.sleep(0.25)
-        raise StandaloneError(f"timed out after {timeout_s}s waiting for {what}:\n{self._tail(log_name)}")
-
-    def _tail(self, name: str, lines: int = 30) -> str:
-        try:
-            text = self.log_file(name).read_text(errors="replace")
-        except FileNotFoundError:
-            return f"(no log at {self.log_file(name)})"
-        return "\n".join(text.splitlines()[-lines:]) + f"\n(full log: {self.log_file(name)})"
-
 
 def _alive(pid: int | None) -> bool:
-    if pid is None:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid is not None and alive(pid)
 
 
 def _stop_group(pid: int | None, timeout_s: float) -> bool:

@@ -106,9 +106,9 @@ def test_secrets_come_from_the_environment_and_a_missing_one_is_named(tmp_path):
 
 
 def test_a_location_on_a_store_the_file_layer_does_not_serve_is_refused_at_start_up():
-    message = error_for("paths.checkpoints=hdfs://namenode:8020/ck")
-    assert "paths.checkpoints: hdfs://namenode:8020/ck is on hdfs://" in message
-    assert "use a local path, file:// (a folder every host mounts) or s3a://" in message
+    message = error_for("paths.checkpoints=gs://bucket/ck")
+    assert "paths.checkpoints: gs://bucket/ck is on gs://" in message
+    assert "use a local path, file:// (a folder every host mounts), s3a:// or hdfs://" in message
 
 
 def test_malformed_set_argument_is_explained():

@@ -1,0 +1,52 @@
+"""The bookkeeping every local test server shares (the Spark standalone cluster, HDFS): daemons under one
+home folder, each with a pid file and a log file, waited for until they answer."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from stream_pipelines.devtools.processes import alive
+
+
+@dataclass
+class LocalDaemons:
+    home: Path
+    _processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, init=False, repr=False)
+    # What a failure to start raises (each server has its own error type).
+    failure: ClassVar[type[Exception]] = RuntimeError
+
+    def log_file(self, name: str) -> Path:
+        return self.home / f"{name}.log"
+
+    def daemon_running(self, name: str) -> bool:
+        pid = self._pid(name)
+        return pid is not None and alive(pid)
+
+    def _pid(self, name: str) -> int | None:
+        try:
+            return int((self.home / f"{name}.pid").read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def _wait(self, ready: Callable[[], bool], timeout_s: float, what: str, log_name: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if ready():
+                return
+            dead = [name for name, process in self._processes.items() if process.poll() is not None]
+            if dead:
+                raise self.failure(f"the {dead[0]} exited while waiting for {what}:\n{self._tail(dead[0])}")
+            time.sleep(0.2)
+        raise self.failure(f"timed out after {timeout_s}s waiting for {what}:\n{self._tail(log_name)}")
+
+    def _tail(self, name: str, lines: int = 30) -> str:
+        try:
+            text = self.log_file(name).read_text(errors="replace")
+        except FileNotFoundError:
+            return f"(no log at {self.log_file(name)})"
+        return "\n".join(text.splitlines()[-lines:]) + f"\n(full log: {self.log_file(name)})"

@@ -1,0 +1,232 @@
+"""The file layer on hdfs://, against a real HDFS on 127.0.0.1 (no Spark): exclusive create, whole
+replacement, compare-and-swap on a version, JSON updates under concurrency, the folder operations, and
+the lease and the control store running on it.
+
+The lease and control store tests of the unit tier run here again, unchanged, with their data root on
+HDFS: this module's ``config`` and ``stored_root`` fixtures stand in for theirs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from stream_pipelines import store
+from stream_pipelines.config import ConfigError, load_config
+from tests.unit.test_control_store import (  # noqa: F401
+    test_a_launch_whose_launcher_died_is_not_starting,
+    test_an_unreadable_record_is_reported_not_a_crash,
+    test_pause_stops_supervision_and_resume_restores_it,
+    test_records_are_written_whole,
+    test_restart_keeps_it_wanted_but_drains_the_running_one,
+    test_restarts_are_counted_once_each_even_from_concurrent_supervisors,
+    test_start_after_a_stop_lets_the_supervisor_run_it_again,
+    test_status_follows_the_records,
+    test_stop_records_who_and_why_and_asks_the_app_to_drain,
+)
+from tests.unit.test_lease import (  # noqa: F401
+    test_a_crash_loop_keeps_only_the_last_few_stale_leases,
+    test_a_dead_drivers_lease_on_this_host_is_stale_at_once,
+    test_a_second_owner_is_refused_with_the_owner_named,
+    test_a_stale_lease_is_taken_over_and_the_takeover_is_logged,
+    test_of_drivers_racing_for_a_free_lease_exactly_one_wins,
+    test_release_by_a_driver_that_lost_the_lease_leaves_the_new_owners,
+    test_renewal_moves_the_heartbeat_and_release_frees_the_app,
+    test_the_lease_lives_beside_the_apps_checkpoints,
+)
+
+
+@pytest.fixture
+def stored_root(hdfs_root, tmp_path) -> list[str]:
+    """The unit tier's data root, on HDFS (the local scratch folder stays local)."""
+    return [f"paths.data_root={hdfs_root}/pipeline", f"paths.scratch={tmp_path}/scratch"]
+
+
+@pytest.fixture
+def config(stored_root):
+    return load_config(
+        "local",
+        [*stored_root, "supervision.heartbeat_interval=1 seconds", "supervision.lease_timeout=3 seconds"],
+        environ={},
+    )
+
+
+@pytest.fixture
+def folder(hdfs_root):
+    return store.location(None, hdfs_root)
+
+
+def leftovers(folder) -> list[str]:
+    return [name for name in store.files_under(folder) if name.rsplit("/", 1)[-1].startswith(".")]
+
+
+def test_every_stored_path_on_hdfs_is_served_and_keeps_its_namenode(config, hdfs_root):
+    checkpoints = store.location(config, config.data_path("checkpoints"))
+    assert store.on_hdfs(checkpoints) and not store.on_object_store(checkpoints)
+    assert str(checkpoints / "raw_archive") == f"{hdfs_root}/pipeline/checkpoints/raw_archive"
+    assert not store.uses_object_store(config), "HDFS needs no S3A connector"
+
+
+def test_a_path_without_a_namenode_takes_spark_default_fs_or_is_refused(hdfs):
+    with pytest.raises(store.StoreError, match="names no NameNode"):
+        store.location(None, "hdfs:///somewhere")
+    config = load_config(
+        "local", [f"spark.extra_conf.spark.hadoop.fs.defaultFS={hdfs.default_fs}"], environ={}
+    )
+    assert str(store.location(config, "hdfs:///somewhere/x")) == f"{hdfs.default_fs}/somewhere/x"
+
+
+def test_a_store_the_file_layer_does_not_serve_is_still_refused():
+    with pytest.raises(ConfigError, match="gs://"):
+        load_config("local", ["paths.control=gs://bucket/control"], environ={})
+
+
+def test_an_exclusive_create_refuses_a_second_creator_and_leaves_nothing_behind(folder):
+    target = folder / "records" / "lease.json"
+    first = store.create_exclusive(target, "first")
+    assert first is not None
+    assert store.create_exclusive(target, "second") is None
+    found = store.read_versioned(target)
+    assert found == (b"first", first)
+    assert leftovers(folder) == [], "a temporary file was left"
+
+
+def test_of_eight_concurrent_creators_exactly_one_wins(folder):
+    target = folder / "race" / "lease.json"
+    start = threading.Barrier(8)
+
+    def create(index: int) -> str | None:
+        start.wait()
+        return store.create_exclusive(target, f"creator {index}")
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(create, range(8)))
+    winners = [index for index, version in enumerate(results) if version is not None]
+    assert len(winners) == 1, results
+    assert store.read_bytes(target) == f"creator {winners[0]}".encode()
+    assert leftovers(folder) == []
+
+
+def test_write_atomically_replaces_the_whole_file(folder):
+    target = folder / "control" / "record.json"
+    store.write_atomically(target, "a much longer first version of the record")
+    store.write_atomically(target, "short")
+    assert store.read_bytes(target) == b"short"
+    assert store.entries(target.parent) == {"record.json": (5, pytest.approx(time.time(), abs=60))}
+
+
+def test_replace_if_unchanged_refuses_a_stale_version(folder):
+    target = folder / "cas" / "lease.json"
+    version = store.create_exclusive(target, "one")
+    newer = store.replace_if_unchanged(target, version, "two")
+    assert newer is not None and newer != version
+    assert store.replace_if_unchanged(target, version, "three") is None, "a stale version was accepted"
+    assert store.read_bytes(target) == b"two"
+    # The takeover form: the current file moved aside (and kept), the new one created.
+    aside = target.with_name("lease.json.stale-1")
+    assert store.replace_if_unchanged(target, version, "four", aside=aside) is None
+    assert not aside.exists() and store.read_bytes(target) == b"two", "a refused takeover moved the file"
+    assert store.replace_if_unchanged(target, newer, "five", aside=aside) is not None
+    assert store.read_bytes(target) == b"five" and store.read_bytes(aside) == b"two"
+    assert store.replace_if_unchanged(folder / "cas" / "absent", newer, "x") is None
+
+
+def test_of_two_takeovers_on_one_version_only_one_succeeds(folder):
+    target = folder / "takeover" / "lease.json"
+    version = store.create_exclusive(target, "stale")
+    start = threading.Barrier(4)
+
+    def take_over(index: int) -> str | None:
+        start.wait()
+        aside = target.with_name(f"lease.json.stale-{index}")
+        return store.replace_if_unchanged(target, version, f"owner {index}", aside=aside)
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(take_over, range(4)))
+    winners = [index for index, written in enumerate(results) if written is not None]
+    assert len(winners) == 1, results
+    assert store.read_bytes(target) == f"owner {winners[0]}".encode()
+
+
+def test_update_json_under_concurrency_loses_no_update(folder):
+    target = folder / "counts" / "restarts.json"
+
+    def add(_index: int) -> None:
+        for _ in range(3):
+            store.update_json(target, lambda found: {"total": (found or {"total": 0})["total"] + 1})
+
+    with ThreadPoolExecutor(6) as pool:
+        list(pool.map(add, range(6)))
+    assert store.read_json(target) == {"total": 18}
+    assert "counts/restarts.json.lock" not in store.files_under(folder), "the lock was left behind"
+
+
+def test_a_dead_writers_update_lock_is_broken_at_once(folder):
+    target = folder / "counts" / "watchdog.json"
+    dead = {"host": os.uname().nodename, "pid": 2**22 + 4321, "token": "killed mid-update"}
+    assert store.create_exclusive(target.with_name("watchdog.json.lock"), json.dumps(dead)) is not None
+    began = time.monotonic()
+    assert store.update_json(target, lambda _found: {"total": 1}) == {"total": 1}
+    assert time.monotonic() - began < 10
+
+
+def test_copy_move_and_remove_a_folder(folder):
+    source = folder / "checkpoint"
+    for name in ("offsets/0", "offsets/1", "commits/0", "metadata"):
+        store.write_atomically(source / name, name)
+    store.copy_tree(source, folder / "staging")
+    assert store.files_under(folder / "staging") == ["commits/0", "metadata", "offsets/0", "offsets/1"]
+    store.copy_tree(source / "metadata", folder / "single" / "metadata")
+    assert store.read_bytes(folder / "single" / "metadata") == b"metadata"
+    store.move(source, folder / "aside" / "checkpoint")
+    store.move(folder / "staging", source)
+    assert store.files_under(source) == store.files_under(folder / "aside" / "checkpoint")
+    assert set(store.tree_entries(source)) == {"commits/0", "metadata", "offsets/0", "offsets/1"}
+    size, modified = store.tree_entries(source)["offsets/1"]
+    assert size == len("offsets/1") and abs(modified - time.time()) < 60
+    store.remove_tree(source)
+    store.remove_tree(source)  # absent: nothing happens
+    assert store.entries(source) == {} and store.tree_entries(source) == {}
+
+
+def test_a_local_folder_is_copied_onto_hdfs(folder, tmp_path):
+    (tmp_path / "site" / "static").mkdir(parents=True)
+    (tmp_path / "site" / "index.html").write_text("<html/>")
+    (tmp_path / "site" / "static" / "app.js").write_text("js")
+    store.copy_tree(tmp_path / "site", folder / "docs")
+    assert store.files_under(folder / "docs") == ["index.html", "static/app.js"]
+
+
+def test_the_sensor_metadata_file_is_read_from_hdfs_as_the_workers_read_it(hdfs_root):
+    from stream_pipelines.config import PROJECT_ROOT
+    from stream_pipelines.sensor_metadata import SensorMetadataError, read_metadata_rows
+
+    local = PROJECT_ROOT / "conf" / "sensor_metadata.csv"
+    url = f"{hdfs_root}/datasets/sensors/sensor_metadata.csv"
+    store.write_atomically(store.location(None, url), local.read_bytes())
+    assert read_metadata_rows(url) == read_metadata_rows(str(local))
+    with pytest.raises(SensorMetadataError, match="not found"):
+        read_metadata_rows(f"{hdfs_root}/datasets/sensors/missing.csv")
+
+
+def test_a_call_made_while_the_namenode_restarts_waits_for_it_and_succeeds(hdfs, folder):
+    """Last in this module: it stops the session's NameNode (the DataNode and the metadata stay)."""
+    target = folder / "outage" / "lease.json"
+    store.write_atomically(target, "before")
+    hdfs.stop_namenode()
+    restarted = threading.Timer(3.0, hdfs.start_namenode)
+    restarted.start()
+    try:
+        began = time.monotonic()
+        assert store.read_bytes(target) == b"before"
+        assert time.monotonic() - began >= 2.5, "the NameNode answered while it was down"
+    finally:
+        restarted.join()
+    assert hdfs.ready()
+    store.write_atomically(target, "after")
+    assert store.read_bytes(target) == b"after"
