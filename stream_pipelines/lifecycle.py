@@ -45,6 +45,7 @@ from stream_pipelines.lease import Lease, LeaseHeldError, LeaseKeeper
 from stream_pipelines.metrics import MetricsExporter, MetricsPortInUseError
 from stream_pipelines.registry import App
 from stream_pipelines.registry import app as declared_app
+from stream_pipelines.runtime import clear_scratch, driver_started_at, get_spark, start_sink
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -88,7 +89,6 @@ def run_app(app_name: str, argv: Sequence[str] | None = None) -> int:
 def clear_earlier_scratch(config: PipelineConfig, app: App) -> None:
     """Remove what drivers killed before they could clean up left in the app's scratch folder, before this
     run's session starts. Only the lease holder may: its lease is what says no other driver is alive."""
-    from stream_pipelines.runtime import clear_scratch, driver_started_at
 
     folder = config.scratch_dir(app.name)
     if folder is not None:
@@ -96,8 +96,6 @@ def clear_earlier_scratch(config: PipelineConfig, app: App) -> None:
 
 
 def _run_owned(config: PipelineConfig, app: App, trigger: TriggerMode, keeper: LeaseKeeper) -> ExitCode:
-    from stream_pipelines.runtime import get_spark
-
     spark = get_spark(config, app.name, own_scratch=True)
     keeper.record.spark_app_id = spark.sparkContext.applicationId
     # A start-up phase boundary for people reading the log, and for the start-up benchmark.
@@ -233,7 +231,6 @@ def run_streams(
     ``OK`` after a finished or deliberate stop, ``QUERY_FAILED`` when a query died; the supervisor
     relies on that difference. A deliberate stop drains the batch in flight first.
     """
-    from stream_pipelines.runtime import start_sink
 
     store = ControlStore(config)
     stop = StopRequest(store.stop_marker(app))

@@ -21,6 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 from stream_pipelines import registry, store
 from stream_pipelines.data_docs_assets import localize
+from stream_pipelines.parsing import CLICK, IMPRESSION, SENSOR_READING
+from stream_pipelines.reconciliation import events
+from stream_pipelines.reconciliation.report import report_dir, update_report
 from stream_pipelines.runtime import read_dataset_day
 
 if TYPE_CHECKING:
@@ -221,9 +224,6 @@ def _docs_index(context: Any) -> str | None:
 
 
 def raw_events_gate(config: PipelineConfig, day: date, spark: SparkSession) -> GateResult:
-    from stream_pipelines.parsing import CLICK, IMPRESSION, SENSOR_READING
-    from stream_pipelines.reconciliation import events
-
     archive = events.read_archive(spark, config, day)
     topics = config.kafka.topics
     cutoff = registry.arrival_cutoff(day, config.reconciliation.late_horizon)
@@ -260,7 +260,6 @@ def enforce(result: GateResult) -> GateResult:
 
 def attach_to_report(config: PipelineConfig, day: date, results: list[GateResult]) -> None:
     """Add the gate results (and Data Docs links) to day D's reconciliation report, if it exists."""
-    from stream_pipelines.reconciliation.report import report_dir, update_report
 
     folder = report_dir(config, day.isoformat())
     if (folder / "report.json").is_file():

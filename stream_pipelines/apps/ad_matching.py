@@ -20,7 +20,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from stream_pipelines.config import Duration
+from stream_pipelines.parsing import CLICK, IMPRESSION, parse_events, quarantined_events, valid_events
 from stream_pipelines.registry import AD_MATCHING
+from stream_pipelines.runtime import file_sink, read_raw
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -96,9 +98,6 @@ def deduplicated(events: DataFrame, time_column: str, delay: Duration) -> DataFr
 
 
 def build_sinks(spark: SparkSession, config: PipelineConfig) -> list[StreamSink]:
-    from stream_pipelines.parsing import CLICK, IMPRESSION, parse_events, quarantined_events, valid_events
-    from stream_pipelines.runtime import file_sink, read_raw
-
     settings, topics = config.ads, config.kafka.topics
 
     def parsed_impressions() -> DataFrame:

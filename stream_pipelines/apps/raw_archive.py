@@ -14,6 +14,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from stream_pipelines.registry import RAW_ARCHIVE
+from stream_pipelines.runtime import file_sink, read_raw
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -42,7 +43,5 @@ def archive_rows(raw: DataFrame) -> DataFrame:
 
 
 def build_sinks(spark: SparkSession, config: PipelineConfig) -> list[StreamSink]:
-    from stream_pipelines.runtime import file_sink, read_raw
-
     raw = read_raw(spark, config, config.kafka.topics.inputs())
     return [file_sink(config, RAW_ARCHIVE.query("archive"), archive_rows(raw))]

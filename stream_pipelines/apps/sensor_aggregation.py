@@ -24,7 +24,10 @@ from pyspark.sql import functions as F
 
 from stream_pipelines.config import Duration
 from stream_pipelines.metrics import observe_event_time, observe_quarantine, topic_partitions
+from stream_pipelines.parsing import SENSOR_READING, parse_events, quarantined_events, valid_events
 from stream_pipelines.registry import SENSOR_AGGREGATION
+from stream_pipelines.runtime import file_sink, kafka_sink, read_raw
+from stream_pipelines.sensor_metadata import sensor_metadata_frame
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -91,10 +94,6 @@ def readings_with_watermark(readings: DataFrame, delay: Duration) -> DataFrame:
 
 
 def build_sinks(spark: SparkSession, config: PipelineConfig) -> list[StreamSink]:
-    from stream_pipelines.parsing import SENSOR_READING, parse_events, quarantined_events, valid_events
-    from stream_pipelines.runtime import file_sink, kafka_sink, read_raw
-    from stream_pipelines.sensor_metadata import sensor_metadata_frame
-
     settings, topics = config.sensors, config.kafka.topics
     metadata = sensor_metadata_frame(spark, config.project_path(settings.metadata_path))
 

@@ -32,7 +32,8 @@ from stream_pipelines.config import PROJECT_ROOT, PipelineConfig, add_config_arg
 from stream_pipelines.exit_codes import ExitCode
 from stream_pipelines.parsing import CLICK, IMPRESSION, SENSOR_READING
 from stream_pipelines.reconciliation import ads, advisor, diff, events, ledger, report
-from stream_pipelines.runtime import read_dataset_day
+from stream_pipelines.runtime import get_spark, read_dataset_day
+from stream_pipelines.sensor_metadata import sensor_metadata_frame
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Row, SparkSession
@@ -140,7 +141,6 @@ def run_reconciliation(
 
     ``progress`` hears each step as it starts, for a log that shows where a long run is.
     """
-    from stream_pipelines.runtime import get_spark
 
     started = time.monotonic()
     spark = spark or get_spark(config, APP)
@@ -187,8 +187,6 @@ class Inputs:
 
 
 def load_inputs(spark: SparkSession, config: PipelineConfig, day: date) -> Inputs:
-    from stream_pipelines.sensor_metadata import sensor_metadata_frame
-
     return Inputs(
         day=day,
         archive=events.read_archive(spark, config, day).persist(),
