@@ -3,7 +3,7 @@ once in their parsed and verified form and mapped into every later driver's JVM.
 
 A driver loads thousands of classes from pyspark's 286 jars before its first batch is committed.
 With the archive, the JVM maps them from one file instead of reading, parsing and verifying them at
-every start, which shortens every start and restart (README, Benchmarks: `make bench-startup`).
+every start, which shortens every start and restart (docs/benchmarks.md#make-bench-startup).
 
 ``make setup`` builds the archive once (``class_archive_training``). A stamp of the Java build and of
 Spark's jars says when the archive must be built again. The archive only ever speeds a start up: the

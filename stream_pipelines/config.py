@@ -473,7 +473,7 @@ class PipelineConfig(_Section):
                     f"paths.{name}: {location} is on {kind}://, which the checkpoint preflight, the lease, "
                     f"the control records and the batch log cannot read or write; use a local path, "
                     f"file:// (a folder every host mounts), s3a:// or hdfs://<namenode>:<port>/ "
-                    f"(see README, Running on a cluster)"
+                    f"(see docs/clusters.md#the-file-layer)"
                 )
         try:
             s3_options(self.spark.extra_conf)

@@ -326,7 +326,8 @@ def replace_if_unchanged(
 
     On S3 a PUT with ``If-Match: <etag>``, an atomic compare-and-swap. On a filesystem there is none:
     with ``aside``, the file is first renamed there (of two callers only one can) and the new one created
-    if absent; without, the version is compared and the file rewritten (a short race, see the README).
+    if absent; without, the version is compared and the file rewritten (a short race:
+    docs/clusters.md#what-each-store-guarantees).
     ``aside`` also keeps the replaced content to look at later."""
     payload = data.encode() if isinstance(data, str) else data
     if on_object_store(target):

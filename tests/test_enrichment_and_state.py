@@ -68,7 +68,7 @@ def test_changed_metadata_is_picked_up_without_restarting_the_query(spark, broke
         )
         assert runner.is_alive(), f"the app ended early: {outcome}"
         query_ids = {query.id for query in queries}
-        # Replace the file atomically, as the README asks operators to do.
+        # Replace the file atomically, as docs/semantics.md asks operators to do.
         staged = metadata.with_suffix(".tmp")
         staged.write_text(metadata.read_text().replace("sensor-0001,warehouse,", "sensor-0001,cold-store-7,"))
         staged.replace(metadata)

@@ -2,14 +2,16 @@
 replacement, compare-and-swap on a version, JSON updates under concurrency, the folder operations, and
 the lease and the control store running on it.
 
-The lease and control store tests of the unit tier run here again, unchanged, with their data root on
-HDFS: this module's ``config`` and ``stored_root`` fixtures stand in for theirs.
+The checkpoint tests (inspect, preflight refusals, reset), the lease and the control store tests of the
+unit tier run here again, unchanged, with their data root on HDFS: this module's ``both``, ``config``
+and ``stored_root`` fixtures stand in for theirs.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +20,13 @@ import pytest
 
 from stream_pipelines import store
 from stream_pipelines.config import ConfigError, load_config
+from tests.unit.test_checkpoint_on_s3 import (  # noqa: F401
+    running_the_fixtures_spark,
+    test_a_reset_from_committed_offsets_on_the_remote_store_writes_the_checkpoint_a_local_reset_writes,
+    test_inspect_reads_the_same_checkpoint_on_the_remote_store_as_on_a_local_disk,
+    test_the_preflight_refuses_a_damaged_or_incompatible_remote_checkpoint_with_the_local_message,
+)
+from tests.unit.test_checkpoint_reader import FIXTURES
 from tests.unit.test_control_store import (  # noqa: F401
     test_a_launch_whose_launcher_died_is_not_starting,
     test_an_unreadable_record_is_reported_not_a_crash,
@@ -39,6 +48,15 @@ from tests.unit.test_lease import (  # noqa: F401
     test_renewal_moves_the_heartbeat_and_release_frees_the_app,
     test_the_lease_lives_beside_the_apps_checkpoints,
 )
+
+
+@pytest.fixture
+def both(tmp_path, hdfs_root) -> dict[str, tuple[list[str], str]]:
+    """The checkpoint fixtures twice, without checksum files: in a local folder and on HDFS."""
+    local = tmp_path / "local"
+    shutil.copytree(FIXTURES, local, ignore=shutil.ignore_patterns("*.crc"))
+    store.copy_tree(local, store.location(None, hdfs_root))
+    return {"local": ([], str(local)), "remote": ([], hdfs_root)}
 
 
 @pytest.fixture

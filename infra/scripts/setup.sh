@@ -30,9 +30,17 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; 
   echo "setup: building .venv from requirements.lock ..."
   [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
   .venv/bin/python -m pip install --quiet --disable-pip-version-check "uv==$UV_VERSION"
-  .venv/bin/uv pip sync --quiet --python .venv/bin/python requirements.lock
+  # Compiled once here: with PYTHONDONTWRITEBYTECODE set (as on CI and in the image), every process
+  # would otherwise compile each module it imports from source, every time.
+  .venv/bin/uv pip sync --quiet --compile-bytecode --python .venv/bin/python requirements.lock
   .venv/bin/uv pip install --quiet --python .venv/bin/python --no-deps -e .
   echo "$wanted" > "$stamp"
+  touch .venv/.bytecode
+fi
+if [ ! -f .venv/.bytecode ]; then
+  # A venv built before setup compiled its packages: compile them once.
+  .venv/bin/python -m compileall -q -j 0 .venv/lib/python3.11/site-packages >/dev/null || true
+  touch .venv/.bytecode
 fi
 
 .venv/bin/pipelinectl setup-jvm >/dev/null

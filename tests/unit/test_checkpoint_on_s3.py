@@ -27,7 +27,8 @@ def running_the_fixtures_spark(monkeypatch):
 
 @pytest.fixture
 def both(tmp_path, s3_root) -> dict[str, tuple[list[str], str]]:
-    """The fixtures twice, without checksum files: in a local folder and in a bucket. Per store: the
+    """The fixtures twice, without checksum files: in a local folder and in a bucket (tests/test_hdfs_store.py
+    runs these tests again with the remote copy on HDFS). Per store: the
     overrides for its data root, and that root as a string (to compare messages with it taken out)."""
     local = tmp_path / "local"
     shutil.copytree(FIXTURES, local, ignore=shutil.ignore_patterns("*.crc"))
@@ -35,7 +36,7 @@ def both(tmp_path, s3_root) -> dict[str, tuple[list[str], str]]:
     bucket_root = overrides[0].split("=", 1)[1]
     remote = store.location(load_config("local", overrides, environ={}), bucket_root)
     remote.fs.put(str(local) + "/", remote.path, recursive=True)
-    return {"local": ([], str(local)), "s3": (overrides[1:], bucket_root)}
+    return {"local": ([], str(local)), "remote": (overrides[1:], bucket_root)}
 
 
 def config_of(both, kind: str, fixture: str, *extra: str):
@@ -48,16 +49,16 @@ def config_of(both, kind: str, fixture: str, *extra: str):
     )
 
 
-def test_inspect_reads_the_same_checkpoint_on_s3_as_on_a_local_disk(both):
+def test_inspect_reads_the_same_checkpoint_on_the_remote_store_as_on_a_local_disk(both):
     for fixture, app in (("kafka", "raw_archive"), ("files", "sensor_aggregation"), ("files", "ad_matching")):
         local = checkpoint_inspect.inspect(config_of(both, "local", fixture), app)
-        remote = checkpoint_inspect.inspect(config_of(both, "s3", fixture), app)
+        remote = checkpoint_inspect.inspect(config_of(both, "remote", fixture), app)
         assert remote.ok and local.ok
         assert "inspection skipped" not in remote.describe()
-        assert remote.describe().replace(both["s3"][1], "<root>") == local.describe().replace(
+        assert remote.describe().replace(both["remote"][1], "<root>") == local.describe().replace(
             both["local"][1], "<root>"
         )
-    archive = checkpoint_inspect.inspect(config_of(both, "s3", "kafka"), "raw_archive").query("archive")
+    archive = checkpoint_inspect.inspect(config_of(both, "remote", "kafka"), "raw_archive").query("archive")
     assert archive.last_committed_batch == 2 and archive.output_latest_batch == 2
     assert archive.committed_offsets["sensors"] == {0: 5, 1: 5, 2: 0}
 
@@ -70,11 +71,11 @@ def test_inspect_reads_the_same_checkpoint_on_s3_as_on_a_local_disk(both):
         ("changed partitions and window", ("spark.shuffle_partitions=3", "sensors.window=10 minutes")),
     ],
 )
-def test_the_preflight_refuses_a_damaged_or_incompatible_checkpoint_on_s3_with_the_local_message(
+def test_the_preflight_refuses_a_damaged_or_incompatible_remote_checkpoint_with_the_local_message(
     both, damage, extra
 ):
     messages = {}
-    for kind in ("local", "s3"):
+    for kind in ("local", "remote"):
         config = config_of(both, kind, "files", *extra)
         checkpoint = store.location(config, config.checkpoint_dir("sensor_aggregation", "tumbling"))
         if damage == "truncated offsets":
@@ -85,8 +86,8 @@ def test_the_preflight_refuses_a_damaged_or_incompatible_checkpoint_on_s3_with_t
         with pytest.raises(CheckpointError) as refused:
             checkpoint_inspect.preflight(config, "sensor_aggregation")
         messages[kind] = str(refused.value).replace(both[kind][1], "<root>")
-    assert messages["s3"] == messages["local"]
-    assert "checkpoint preflight refuses to start sensor_aggregation" in messages["s3"]
+    assert messages["remote"] == messages["local"]
+    assert "checkpoint preflight refuses to start sensor_aggregation" in messages["remote"]
 
 
 def _tree(root: Path) -> dict[str, bytes]:
@@ -95,9 +96,9 @@ def _tree(root: Path) -> dict[str, bytes]:
     return {name: (root / name).read_bytes() for name in store.files_under(root) if name not in skipped}
 
 
-def test_a_reset_from_committed_offsets_on_s3_writes_the_checkpoint_a_local_reset_writes(both):
+def test_a_reset_from_committed_offsets_on_the_remote_store_writes_the_checkpoint_a_local_reset_writes(both):
     built = {}
-    for kind in ("local", "s3"):
+    for kind in ("local", "remote"):
         config = config_of(both, kind, "files")
         # Uploaded just now: no quiet period, or the upload itself would look like a running app.
         result = reset(
@@ -114,5 +115,5 @@ def test_a_reset_from_committed_offsets_on_s3_writes_the_checkpoint_a_local_rese
         old = store.location(config, done.old_checkpoint)
         assert (old / "offsets" / "1").exists(), "the old checkpoint is kept aside"
         built[kind] = _tree(checkpoint)
-    assert built["s3"] == built["local"]
-    assert "offsets/1" in built["s3"] and "commits/1" in built["s3"]
+    assert built["remote"] == built["local"]
+    assert "offsets/1" in built["remote"] and "commits/1" in built["remote"]

@@ -122,7 +122,8 @@ def test_release_by_a_driver_that_lost_the_lease_leaves_the_new_owners(config):
     assert new.read().owner == new.owner
 
 
-def _race(config_args: list[str], start_at: float, results, all_reported) -> None:
+def _race(config_args: list[str], environ: dict[str, str], start_at: float, results, all_reported) -> None:
+    os.environ.update(environ)  # a forkserver child has the server's environment: the test's S3 credentials
     config = load_config("local", config_args, environ=dict(os.environ))
     while time.time() < start_at:
         pass
@@ -137,11 +138,18 @@ def _race(config_args: list[str], start_at: float, results, all_reported) -> Non
 
 def test_of_drivers_racing_for_a_free_lease_exactly_one_wins(stored_root):
     args = stored_root
-    # spawn, not fork: a forked child would share the parent's s3 client and its event loop thread.
-    context = multiprocessing.get_context("spawn")
+    # forkserver, not fork: a forked child would share the parent's s3 client and its event loop thread.
+    # The server is a fresh process that imports this module and the s3 client once; each racer forks
+    # from it ready to race (spawned racers imported them six times over, on two cores). A racer has the
+    # server's environment, so it is handed the test's.
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__, "s3fs"])
     results, all_reported = context.Queue(), context.Event()
     start_at = time.time() + 0.5
-    racers = [context.Process(target=_race, args=(args, start_at, results, all_reported)) for _ in range(6)]
+    environ = dict(os.environ)
+    racers = [
+        context.Process(target=_race, args=(args, environ, start_at, results, all_reported)) for _ in range(6)
+    ]
     for racer in racers:
         racer.start()
     outcomes = sorted(results.get(timeout=120) for _ in racers)

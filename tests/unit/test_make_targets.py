@@ -1,4 +1,5 @@
-"""The Makefile's benchmark targets: each passes BENCH_ARGS to its benchmark, as the README says."""
+"""The Makefile's benchmark targets: each passes BENCH_ARGS to its benchmark, as
+docs/benchmarks.md#how-the-benchmarks-run says."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from stream_pipelines.reconciliation import pdf, plots
-from stream_pipelines.reconciliation.report import update_report, write_document
+from stream_pipelines.reconciliation.report import write_document
 from stream_pipelines.reconciliation.report_html import DETAIL_ROWS, LABELS, render_html
 from stream_pipelines.reconciliation.summary import TOP_CORRECTIONS, report_summary
 
@@ -227,29 +227,6 @@ def test_the_what_if_plot_marks_the_current_and_recommended_delay_on_each_panel(
     assert list(dropped.get_lines()[0].get_ydata()) == pytest.approx([100 * r["dropped_share"] for r in rows])
     assert list(state.get_lines()[0].get_ydata()) == pytest.approx([r["expected_state_rows"] for r in rows])
     assert "estimate" in plots.what_if_caption(document)
-
-
-def test_the_report_writes_html_json_plots_and_a_pdf(document, tmp_path):
-    if not pdf.CHROMIUM.is_file():
-        pytest.fail(f"{pdf.CHROMIUM} is missing: run infra/scripts/install_test_servers.sh")
-    write_document(copy.deepcopy(document), tmp_path)
-
-    written = json.loads((tmp_path / "report.json").read_text())
-    assert {k: written[k] for k in document if k not in ("plots", "outputs")} == {
-        k: document[k] for k in document if k not in ("plots", "outputs")
-    }, "every field report.json had is kept"
-    assert written["pdf"] == {"rendered": True, "path": str(tmp_path / "report.pdf")}
-    assert written["outputs"]["report_pdf"] == str(tmp_path / "report.pdf")
-    assert (tmp_path / "report.pdf").read_bytes().startswith(b"%PDF")
-    for name in (plots.DELAY_PLOT, plots.WHAT_IF_PLOT):
-        assert (tmp_path / name).read_bytes().startswith(b"\x89PNG")
-
-    update_report(
-        tmp_path, "quality_gates", [{"suite": "raw_events", "success": True, "data_docs": "gx/index.html"}]
-    )
-    page = (tmp_path / "report.html").read_text()
-    assert '<a href="gx/index.html">raw_events</a>' in page
-    assert json.loads((tmp_path / "report.json").read_text())["day_totals"] == document["day_totals"]
 
 
 def test_without_chromium_the_report_still_writes_and_says_why_there_is_no_pdf(

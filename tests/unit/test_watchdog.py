@@ -217,14 +217,18 @@ def test_a_frozen_drivers_lease_read_back_from_the_store_is_found_stuck(stored_r
     process, standing in for a frozen JVM) stopped renewing it."""
     config = load_config(
         "local",
-        [*stored_root, "supervision.heartbeat_interval=1 seconds", "supervision.lease_timeout=3 seconds"],
+        [
+            *stored_root,
+            "supervision.heartbeat_interval=500 milliseconds",
+            "supervision.lease_timeout=1500 milliseconds",
+        ],
         environ={},
     )
     held = Lease(config, "raw_archive").acquire(log=print)
     watchdog = Watchdog(WatchdogSettings.of(config, "raw_archive"), Broker(high=None))
     supervisor_view = Lease(config, "raw_archive")
     assert watchdog.look(supervisor_view.read(), True) is None
-    time.sleep(3.5)
+    time.sleep(2.0)
     verdict = watchdog.look(supervisor_view.read(), True)
     assert verdict and verdict.startswith("heartbeat ") and f"pid {held.pid}" in verdict
     assert watchdog.look(supervisor_view.read(), False) is None  # once it is gone, a restart takes over

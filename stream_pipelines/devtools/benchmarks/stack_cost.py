@@ -10,7 +10,7 @@ Prometheus 9090, ...) must be free. Then, in order:
   start       until every app has committed ``--min-batches`` batches under its supervisor DAG
   settle      ``--settle-seconds`` of steady state, untimed (the issue measured after 4 minutes; the
               drivers' JIT keeps cutting their cost for 10 minutes and more, so a longer settle
-              measures a lower figure: see the README)
+              measures a lower figure: docs/benchmarks.md#make-bench-stack)
   idle cost   over ``--measure-seconds``, the CPU (user + system from /proc, reaped children included)
               of each part of the stack: each app's driver JVM with its Python driver and workers,
               the Airflow task runners that supervise them, each stack component with what runs under
