@@ -3,14 +3,9 @@ it brackets it; otherwise the table says it is a lower bound. The goal stands be
 
 from __future__ import annotations
 
-from stream_pipelines.devtools.benchmarks.streaming import (
-    SENSOR_APP,
-    Search,
-    Step,
-    knee,
-    knee_line,
-    propose_rate,
-)
+from stream_pipelines.devtools.benchmarks.streaming.report import knee, knee_line
+from stream_pipelines.devtools.benchmarks.streaming.search import Search, Step, propose_rate
+from stream_pipelines.devtools.benchmarks.streaming.settings import SENSOR_APP
 
 
 def step(rate: float, passed: bool, p95_s: float = 5.0, asked: float | None = None) -> Step:

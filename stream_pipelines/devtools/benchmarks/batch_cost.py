@@ -49,7 +49,7 @@ from stream_pipelines.devtools.benchmarks.common import (
     run_and_report,
     stop_session,
 )
-from stream_pipelines.devtools.benchmarks.streaming import (
+from stream_pipelines.devtools.benchmarks.streaming.load import (
     Batch,
     BrokerOffsets,
     LoadedApp,
