@@ -542,13 +542,22 @@ VERDICT_SECTIONS = (
 )
 
 
+@pytest.fixture(params=["s3", "hdfs"])
+def remote_root(request) -> list[str]:
+    """Overrides that put every stored path on a remote store: a bucket of the loopback S3 server, or a
+    folder of the session's HDFS."""
+    if request.param == "s3":
+        return request.getfixturevalue("s3_root")()
+    return [f"paths.data_root={request.getfixturevalue('hdfs_root')}/pipeline"]
+
+
 @pytest.mark.slow
-def test_the_reconciliation_over_s3_equals_the_same_run_over_local_data(
-    spark, scenario, reconciled, s3_root, tmp_path
+def test_the_reconciliation_on_a_remote_store_equals_the_same_run_over_local_data(
+    spark, scenario, reconciled, remote_root, tmp_path
 ):
-    """The scenario through spark-submit with every stored path in a bucket of the loopback S3 server:
-    the archive, sensor_aggregation, their checkpoints and batch log, then the nightly job, whose ledger,
-    verdicts and compliance rows equal the local run's, and whose report names the s3a:// inputs."""
+    """The scenario through spark-submit with every stored path on S3 or HDFS: the archive,
+    sensor_aggregation, their checkpoints and batch log, then the nightly job, whose ledger, verdicts
+    and compliance rows equal the local run's, and whose report names the remote inputs."""
     overrides = [
         *overrides_for(
             tmp_path / "unused",
@@ -556,33 +565,33 @@ def test_the_reconciliation_over_s3_equals_the_same_run_over_local_data(
             *files_source_overrides(scenario.replay_root),
             f"kafka.topics.sliding_averages.name={scenario.sliding_topic}",
         ),
-        *s3_root(),
+        *remote_root,
         f"paths.scratch={tmp_path}/scratch",
     ]
     config = make_overrides_config(overrides)
     bucket_root = config.data_path("checkpoints").removesuffix("/checkpoints")
-    assert bucket_root.startswith("s3a://")
+    assert bucket_root.split("://")[0] in ("s3a", "hdfs"), bucket_root
     run_then_reconcile(["raw_archive", "sensor_aggregation"], overrides, DAY, tmp_path / "spark-submit.log")
 
     folder = report_dir(config, DAY.isoformat())
-    on_s3 = json.loads((folder / "report.json").read_text())
+    remote = json.loads((folder / "report.json").read_text())
     local = json.loads(Path(reconciled.result.report_json).read_text())
-    assert on_s3["status"] == "passed"
-    assert {section: on_s3[section] for section in VERDICT_SECTIONS} == {
+    assert remote["status"] == "passed"
+    assert {section: remote[section] for section in VERDICT_SECTIONS} == {
         section: local[section] for section in VERDICT_SECTIONS
     }
-    assert on_s3["late_event_ledger"]["count"] == len(LATE_EVENTS)
+    assert remote["late_event_ledger"]["count"] == len(LATE_EVENTS)
     assert compliance_rows_on_store(config) == pytest.approx(compliance_rows(spark, reconciled.config))
     assert compliance_rows_on_store(config) == pytest.approx(EXPECTED_COMPLIANCE)
 
-    inputs = on_s3["inputs"]
+    inputs = remote["inputs"]
     for name in ("archive_path", "streaming_output_path", "batch_log_path", "ad_matches_path"):
         assert inputs[name].startswith(f"{bucket_root}/"), (name, inputs[name])
     assert (
-        on_s3["outputs"]["report_html"]
+        remote["outputs"]["report_html"]
         == f"{bucket_root}/reports/reconciliation/{DAY.isoformat()}/report.html"
     )
     assert {"delay_histogram.png", "what_if.png", "report.html"} <= set(store.files_under(folder))
     assert (folder / "what_if.png").read_bytes().startswith(b"\x89PNG")
-    assert (folder / "report.pdf").read_bytes().startswith(b"%PDF"), on_s3["pdf"]
+    assert (folder / "report.pdf").read_bytes().startswith(b"%PDF"), remote["pdf"]
     assert not (tmp_path / "unused").exists(), "something was written to the local data root"
