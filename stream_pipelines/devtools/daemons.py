@@ -27,6 +27,22 @@ class LocalDaemons:
         pid = self._pid(name)
         return pid is not None and alive(pid)
 
+    def _start_daemon(self, name: str, command: list[str], environment: dict[str, str]) -> None:
+        """Start one daemon in a session of its own, its output appended to its log, its pid recorded."""
+        self.log_file(name).parent.mkdir(parents=True, exist_ok=True)
+        with self.log_file(name).open("ab") as log:
+            process = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=environment,
+                cwd=self.home,
+                start_new_session=True,
+            )
+        self._processes[name] = process
+        (self.home / f"{name}.pid").write_text(str(process.pid))
+
     def _pid(self, name: str) -> int | None:
         try:
             return int((self.home / f"{name}.pid").read_text().strip())

@@ -292,19 +292,7 @@ class LocalHdfs(LocalDaemons):
 
     def _launch(self, name: str) -> None:
         main_class = NAMENODE_CLASS if name == "namenode" else DATANODE_CLASS
-        self.log_file(name).parent.mkdir(parents=True, exist_ok=True)
-        with self.log_file(name).open("ab") as log:
-            process = subprocess.Popen(
-                self._command(main_class),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=self._environment(),
-                cwd=self.home,
-                start_new_session=True,
-            )
-        self._processes[name] = process
-        (self.home / f"{name}.pid").write_text(str(process.pid))
+        self._start_daemon(name, self._command(main_class), self._environment())
 
     def _open_root(self) -> None:
         """``/`` to 1777 (anyone makes folders, only owners remove theirs), through WebHDFS as its owner."""

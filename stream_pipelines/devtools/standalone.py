@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 import urllib.error
@@ -219,18 +218,7 @@ class StandaloneCluster(LocalDaemons):
 
     def _launch(self, name: str, arguments: Sequence[str]) -> None:
         spark_class = spark_home() / "bin" / "spark-class"
-        with self.log_file(name).open("ab") as log:
-            process = subprocess.Popen(
-                [str(spark_class), *arguments],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=self._environment(),
-                cwd=self.home,
-                start_new_session=True,
-            )
-        self._processes[name] = process
-        (self.home / f"{name}.pid").write_text(str(process.pid))
+        self._start_daemon(name, [str(spark_class), *arguments], self._environment())
 
     def _answers(self) -> bool:
         try:
