@@ -135,8 +135,11 @@ class KafkaSecurity(BaseModel):
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo) -> KafkaSecurity:
         environ = (info.context or {}).get("environ", os.environ)
-        sasl = {"sasl_mechanism": self.sasl_mechanism, "sasl_username": self.sasl_username}
-        sasl["sasl_password_env"] = self.sasl_password_env
+        sasl = {
+            "sasl_mechanism": self.sasl_mechanism,
+            "sasl_username": self.sasl_username,
+            "sasl_password_env": self.sasl_password_env,
+        }
         if self.uses_sasl:
             missing = [name for name, value in sasl.items() if not value]
             if missing:

@@ -249,7 +249,7 @@ def write_atomically(target: Path, data: bytes | str) -> None:
                 temporary.fs.client.delete(temporary.path, False)
         return
     target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    temporary = _temporary(target)
     try:
         temporary.write_bytes(payload)
         os.replace(temporary, target)
@@ -281,7 +281,7 @@ def create_exclusive(target: Path, data: bytes | str) -> str | None:
                 temporary.fs.client.delete(temporary.path, False)
         return _hdfs_version(target.fs.info(target.path))
     target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    temporary = _temporary(target)
     try:
         temporary.write_bytes(payload)
         # link() fails if the name exists: an atomic create-if-absent of a complete file.

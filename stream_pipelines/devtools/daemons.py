@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from stream_pipelines.devtools.processes import alive
+from stream_pipelines.devtools.processes import alive, stop_process_group
 
 
 @dataclass
@@ -42,6 +42,18 @@ class LocalDaemons:
             )
         self._processes[name] = process
         (self.home / f"{name}.pid").write_text(str(process.pid))
+
+    def _stop_daemon(self, name: str, timeout_s: float) -> bool:
+        """SIGTERM the daemon's process group, SIGKILL what lingers; True when it was running."""
+        pid = self._pid(name)
+        was_running = pid is not None and alive(pid)
+        if was_running and pid is not None:
+            stop_process_group(pid, timeout_s)
+        (self.home / f"{name}.pid").unlink(missing_ok=True)
+        process = self._processes.pop(name, None)
+        if process is not None:
+            process.wait(timeout_s)
+        return was_running
 
     def _pid(self, name: str) -> int | None:
         try:

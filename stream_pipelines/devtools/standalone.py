@@ -19,9 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -32,7 +30,7 @@ from typing import Any
 
 from stream_pipelines.config import PROJECT_ROOT
 from stream_pipelines.devtools.daemons import LocalDaemons
-from stream_pipelines.devtools.processes import alive, free_port
+from stream_pipelines.devtools.processes import free_port
 
 HOST = "127.0.0.1"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
@@ -156,11 +154,7 @@ class StandaloneCluster(LocalDaemons):
         names = sorted((p.stem for p in self.home.glob("*.pid")), key=lambda n: n == "master")
         stopped = False
         for name in names:
-            stopped |= _stop_group(self._pid(name), timeout_s)
-            (self.home / f"{name}.pid").unlink(missing_ok=True)
-            process = self._processes.pop(name, None)
-            if process is not None:
-                process.wait(timeout_s)
+            stopped |= self._stop_daemon(name, timeout_s)
         self._state_file().unlink(missing_ok=True)
         return stopped
 
@@ -226,37 +220,6 @@ class StandaloneCluster(LocalDaemons):
         except (OSError, urllib.error.URLError, ValueError):
             return False
         return True
-
-
-def _alive(pid: int | None) -> bool:
-    return pid is not None and alive(pid)
-
-
-def _stop_group(pid: int | None, timeout_s: float) -> bool:
-    """SIGTERM the daemon's process group, SIGKILL it if it lingers; True when it was running."""
-    if not _alive(pid):
-        return False
-    assert pid is not None
-    for signum, grace in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(pid, signum)
-        except ProcessLookupError:
-            return True
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline:
-            if not _alive(pid) or _reaped(pid):
-                return True
-            time.sleep(0.1)
-    return True
-
-
-def _reaped(pid: int) -> bool:
-    """Collect the exit status when the daemon is our own child (else it stays a zombie and looks alive)."""
-    try:
-        finished, _status = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return False
-    return finished == pid
 
 
 # ---------------------------------------------------------------------------- shell entry point
