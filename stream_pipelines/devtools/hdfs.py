@@ -35,6 +35,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from stream_pipelines import store
 from stream_pipelines.config import PROJECT_ROOT
 from stream_pipelines.devtools.daemons import LocalDaemons
 
@@ -131,7 +132,19 @@ class LocalHdfs(LocalDaemons):
             and state.get("CapacityRemaining", 0) > 0
             and state.get("FSState") == "Operational"
             and state.get("Safemode", "?") == ""
+            and self._takes_a_write()
         )
+
+    def _takes_a_write(self) -> bool:
+        """A block can be written: after a NameNode restart, its JMX can count the DataNode live and with
+        capacity a moment before the NameNode hands it out for new blocks ("All DataNodes failed")."""
+        probe = store.location(None, self.url(f".ready/{os.getpid()}"))
+        try:
+            store.write_atomically(probe, b"ready")
+            store.remove_tree(probe)
+        except Exception:  # any refusal means "not yet"; the caller waits and asks again
+            return False
+        return True
 
     def running(self) -> list[str]:
         return [name for name in DAEMONS if self.daemon_running(name)]
@@ -303,19 +316,6 @@ class LocalHdfs(LocalDaemons):
         with urllib.request.urlopen(request, timeout=60) as response:
             response.read()
 
-    def _stop_daemon(self, name: str, timeout_s: float) -> bool:
-        from stream_pipelines.devtools.processes import stop_process_group
-
-        pid = self._pid(name)
-        was_running = _alive(pid)
-        if was_running and pid is not None:
-            stop_process_group(pid, timeout_s)
-        (self.home / f"{name}.pid").unlink(missing_ok=True)
-        process = self._processes.pop(name, None)
-        if process is not None:
-            process.wait(timeout_s)
-        return was_running
-
 
 def _site(properties: dict[str, str]) -> str:
     body = "".join(
@@ -339,12 +339,6 @@ def _free_port(host: str, taken: set[int]) -> int:
                 continue
         return port
     raise HdfsError(f"no free port on {host} between 20000 and 32000")
-
-
-def _alive(pid: int | None) -> bool:
-    from stream_pipelines.devtools.processes import alive
-
-    return pid is not None and alive(pid)
 
 
 # ---------------------------------------------------------------------------- shell entry point
