@@ -15,6 +15,7 @@ import argparse
 import os
 import re
 import sys
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,13 +34,18 @@ from pydantic import (
 )
 
 from stream_pipelines.kafka_security import KafkaSecurity, refuse_security_properties
-from stream_pipelines.store import SERVED_SCHEMES, STORED_PATHS, StoreError, s3_options
+from stream_pipelines.store import DEFAULT_FS, SERVED_SCHEMES, STORED_PATHS, StoreError, s3_options
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONF_DIR = PROJECT_ROOT / "conf"
 ENV_VARIABLE = "PIPELINE_ENV"
 CONF_DIR_VARIABLE = "PIPELINE_CONF_DIR"
 OVERRIDE_PREFIX = "PIPELINE__"
+# The ``paths`` entries that live on the host, never on the shared store.
+LOCAL_PATHS = ("scratch", "broker", "hdfs")
+# A config file's top-level key naming the file it extends (``base: local``): its sections are merged
+# over that file's, key by key.
+BASE_KEY = "base"
 
 
 class ConfigError(ValueError):
@@ -246,6 +252,13 @@ class BrokerSettings(_Section):
         return self
 
 
+class LocalHdfsSettings(_Section):
+    """A single-node HDFS on loopback that `make up` and `make demo` start, as they start the broker, for
+    local work on the lab's layout (conf/hdfs.yaml). Its NameNode answers at spark.hadoop.fs.defaultFS."""
+
+    manage_local: bool = False
+
+
 class SourceSettings(_Section):
     kind: Literal["kafka", "files"] = "kafka"
     # For kind=files: JSON lines under <files_dir>/<topic name>/, one event per line.
@@ -258,6 +271,9 @@ class PathSettings(_Section):
     against data_root, so that one override moves everything (tests do that)."""
 
     data_root: str
+    # Host-local state: Spark's scratch, the local broker's log, a local HDFS's files and the dev stack's
+    # Airflow home. `scratch`, `broker` and `hdfs` resolve against it when relative. Unset: data_root.
+    local_root: str | None = None
     archive: str = "archive"
     quarantine: str = "quarantine"
     checkpoints: str = "checkpoints"
@@ -265,6 +281,7 @@ class PathSettings(_Section):
     batch_log: str = "batch_log"
     control: str = "control"
     broker: str = "kafka"
+    hdfs: str = "hdfs"  # a local HDFS's config, metadata, blocks and logs (devtools.hdfs)
     reports: str = "reports"
     compliance: str = "compliance"
     gx: str = "gx"
@@ -417,6 +434,7 @@ class PipelineConfig(_Section):
     spark: SparkSettings = SparkSettings()
     kafka: KafkaSettings
     broker: BrokerSettings = BrokerSettings()
+    hdfs: LocalHdfsSettings = LocalHdfsSettings()
     source: SourceSettings = SourceSettings()
     paths: PathSettings
     archive: ArchiveSettings = ArchiveSettings()
@@ -437,12 +455,29 @@ class PipelineConfig(_Section):
         return self.conf_dir.parent
 
     def project_path(self, value: str) -> str:
-        """An absolute location for a path relative to the project; URIs (s3a://, hdfs://) pass through."""
-        return _join(str(self.base_dir), value)
+        """An absolute location for a path relative to the project; URIs (s3a://, hdfs://) pass through,
+        an ``hdfs:///path`` completed with :meth:`qualified`."""
+        return self.qualified(_join(str(self.base_dir), value))
+
+    def qualified(self, location: str) -> str:
+        """``hdfs:///path`` as ``hdfs://<namenode>:<port>/path`` when ``spark.hadoop.fs.defaultFS`` names
+        the NameNode: Spark's checkpoint manager (Hadoop's FileContext) refuses an HDFS URI without one,
+        and a location spelled one way everywhere compares equal to itself."""
+        default_fs = self.spark.extra_conf.get(DEFAULT_FS, "")
+        if location.startswith("hdfs:///") and default_fs.startswith("hdfs://") and len(default_fs) > 7:
+            return f"{default_fs.rstrip('/')}/{location.removeprefix('hdfs:///')}"
+        return location
 
     def data_path(self, name: str) -> str:
-        """The location of one of the ``paths`` entries (archive, checkpoints, ...)."""
-        return _join(self.project_path(self.paths.data_root), getattr(self.paths, name))
+        """The location of one of the ``paths`` entries (archive, checkpoints, ...); the host-local ones
+        (``LOCAL_PATHS``) under :meth:`local_root`."""
+        root = self.local_root() if name in LOCAL_PATHS else self.project_path(self.paths.data_root)
+        return self.qualified(_join(root, getattr(self.paths, name)))
+
+    def local_root(self) -> str:
+        """Where host-local state lives: ``paths.local_root``, else the data root (then a remote one leaves
+        Spark's scratch to Spark's own default, see :meth:`scratch_dir`)."""
+        return self.project_path(self.paths.local_root or self.paths.data_root)
 
     def checkpoint_dir(self, app: str, query: str) -> str:
         return f"{self.data_path('checkpoints')}/{app}/{query}"
@@ -482,6 +517,22 @@ class PipelineConfig(_Section):
         return self
 
     @model_validator(mode="after")
+    def _local_hdfs_is_on_loopback(self) -> PipelineConfig:
+        if not self.hdfs.manage_local:
+            return self
+        default_fs = self.spark.extra_conf.get(DEFAULT_FS, "")
+        parsed = urllib.parse.urlsplit(default_fs)
+        if parsed.scheme != "hdfs" or parsed.hostname not in ("127.0.0.1", "localhost") or not parsed.port:
+            raise ValueError(
+                f"hdfs.manage_local starts an HDFS on this machine, so spark.extra_conf.{DEFAULT_FS} must "
+                f"name it as hdfs://127.0.0.1:<port>, not {default_fs or '(unset)'!r}"
+            )
+        for name in LOCAL_PATHS:
+            if "://" in self.data_path(name):
+                raise ValueError(f"paths.{name}: {self.data_path(name)} must be local (set paths.local_root)")
+        return self
+
+    @model_validator(mode="after")
     def _local_inputs_exist(self) -> PipelineConfig:
         metadata = self.project_path(self.sensors.metadata_path)
         if "://" not in metadata and not Path(metadata).is_file():
@@ -506,8 +557,29 @@ def override_variables(overrides: Iterable[str]) -> dict[str, str]:
     variables = {}
     for item in overrides:
         key, _, value = item.partition("=")
-        variables[OVERRIDE_PREFIX + key.strip().replace(".", "__").upper()] = value
+        section, prop = _split_property(key.strip().split("."))
+        # A Spark or Kafka property keeps its case (fs.defaultFS): variable names are case-sensitive.
+        name = "__".join([*(part.upper() for part in section), *prop])
+        variables[OVERRIDE_PREFIX + name] = value
     return variables
+
+
+def _split_property(keys: list[str]) -> tuple[list[str], list[str]]:
+    """A dotted key as its section path and, inside a property section, the property name's parts."""
+    for section in _PROPERTY_SECTIONS:
+        if tuple(k.lower() for k in keys[: len(section)]) == section and len(keys) > len(section):
+            return keys[: len(section)], keys[len(section) :]
+    return keys, []
+
+
+def _variable_key(name: str) -> str:
+    """The dotted key of a ``PIPELINE__...`` variable: sections lower-cased; a property name kept as
+    written, unless written all in capitals by hand (``..._EXECUTOR__MEMORY``: spark.executor.memory)."""
+    section, prop = _split_property(name[len(OVERRIDE_PREFIX) :].split("__"))
+    text = ".".join(prop)
+    return ".".join(
+        [*(part.lower() for part in section), *([text.lower() if text.isupper() else text] if prop else [])]
+    )
 
 
 def load_config(
@@ -522,22 +594,12 @@ def load_config(
     env = env or environ.get(ENV_VARIABLE) or "local"
     conf_path = Path(conf_dir or environ.get(CONF_DIR_VARIABLE) or DEFAULT_CONF_DIR).resolve()
     source = conf_path / f"{env}.yaml"
-    if not source.is_file():
-        available = sorted(p.stem for p in conf_path.glob("*.yaml"))
-        raise ConfigError(
-            f"no config for environment {env!r}: {source} does not exist (available: {available})"
-        )
-    try:
-        raw = yaml.safe_load(source.read_text()) or {}
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{source}: not valid YAML: {error}") from error
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: the top level must be a mapping of sections")
+    raw = _read_config_file(conf_path, env, extended_by=())
     raw.setdefault("env", env)
 
     for name, value in sorted(environ.items()):
         if name.startswith(OVERRIDE_PREFIX):
-            dotted = name[len(OVERRIDE_PREFIX) :].lower().replace("__", ".")
+            dotted = _variable_key(name)
             _apply_override(raw, dotted, value, origin=f"environment variable {name}")
     for item in overrides:
         key, separator, value = item.partition("=")
@@ -552,6 +614,40 @@ def load_config(
         )
     except ValidationError as error:
         raise ConfigError(_describe(error, source)) from None
+
+
+def _read_config_file(conf_path: Path, env: str, extended_by: tuple[str, ...]) -> dict[str, Any]:
+    """``conf/<env>.yaml`` as a mapping, merged over the file it names as its ``base``, if any."""
+    source = conf_path / f"{env}.yaml"
+    if not source.is_file():
+        available = sorted(p.stem for p in conf_path.glob("*.yaml"))
+        what = f"the base of {extended_by[-1]}.yaml" if extended_by else "environment"
+        raise ConfigError(f"no config for {what} {env!r}: {source} does not exist (available: {available})")
+    try:
+        raw = yaml.safe_load(source.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{source}: not valid YAML: {error}") from error
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping of sections")
+    base = raw.pop(BASE_KEY, None)
+    if base is None:
+        return raw
+    if not isinstance(base, str) or not base:
+        raise ConfigError(f"{source}: {BASE_KEY}: expected the name of another config, e.g. local")
+    if base in (*extended_by, env):
+        raise ConfigError(f"{source}: {BASE_KEY}: {' -> '.join((*extended_by, env, base))} is a cycle")
+    return _merged(_read_config_file(conf_path, base, (*extended_by, env)), raw)
+
+
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` on top of ``base``, mappings merged key by key, anything else replaced."""
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merged(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
 
 
 # Sections whose keys are themselves dotted (Spark and Kafka property names): everything after the

@@ -147,6 +147,10 @@ def committed_names(urls: list[str], folder_url: str) -> set[str]:
 def _key(url: str) -> str:
     if store.scheme(url) in store.OBJECT_STORE_SCHEMES:
         return url.split("://", 1)[1]
+    if store.scheme(url) == "hdfs":
+        # The path alone: a config's hdfs:///x (fs.defaultFS) and the log's hdfs://host:port/x are one
+        # file, and one config reaches one HDFS.
+        return "/" + url.split("://", 1)[1].partition("/")[2]
     return os.path.abspath(normalise_path(url))
 
 

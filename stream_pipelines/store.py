@@ -180,12 +180,74 @@ def _hdfs_location(config: PipelineConfig | None, text: str) -> Path:
     return UPath(text)
 
 
+# NameNode refusals that mean "not now": nothing was done, and the same call succeeds once the state
+# passes (safe mode after a restart, until the DataNodes have reported their blocks).
+HDFS_PASSING_REFUSALS = ("SafeModeException", "RetriableException")
+HDFS_PASSING_WAIT_S = 120.0
+
+
+class _PatientHdfsClient:
+    """hdfs-native's client, each call repeated while the NameNode refuses it for a passing state (see
+    ``HDFS_PASSING_REFUSALS``), for up to ``HDFS_PASSING_WAIT_S``. Without it a driver whose NameNode
+    just restarted fails to write its exit record or to release its lease."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._client, name)
+        if not callable(attribute):
+            return attribute
+
+        @functools.wraps(attribute)
+        def patiently(*args: Any, **kwargs: Any) -> Any:
+            deadline, pause = time.monotonic() + HDFS_PASSING_WAIT_S, 0.25
+            while True:
+                try:
+                    return attribute(*args, **kwargs)
+                except RuntimeError as error:
+                    passing = any(refusal in str(error) for refusal in HDFS_PASSING_REFUSALS)
+                    if not passing or time.monotonic() + pause > deadline:
+                        raise
+                time.sleep(pause)
+                pause = min(pause * 2, 2.0)
+
+        return patiently
+
+
+# The HDFS clients alive at the last fork, kept so that a forked child never drops one (see below).
+_HDFS_CLIENTS_AT_FORK: list[Any] = []
+
+
+def _keep_hdfs_clients_through_fork() -> None:
+    """fsspec clears its instance cache in every forked child. Were the cache the last holder of an HDFS
+    client, the child would drop it, and the drop waits on the client's runtime threads, which a child
+    does not have: a child that runs Python before its exec (pyspark starts its JVM with a preexec_fn)
+    would hang for ever. Holding the clients here keeps them alive in the child until its exec."""
+    import fsspec
+
+    _HDFS_CLIENTS_AT_FORK[:] = list(fsspec.get_filesystem_class("hdfs")._cache.values())
+
+
 @functools.cache
 def _register_hdfs_path() -> None:
     """universal_pathlib's HDFS path prints as ``hdfs:///path``, without the NameNode; this one keeps it,
-    so a location turned into text and back (a URL in a record, a log line) still names its cluster."""
+    so a location turned into text and back (a URL in a record, a log line) still names its cluster.
+    Also makes forking safe once an HDFS client exists (:func:`_keep_hdfs_clients_through_fork`)."""
+    import fsspec
+    from hdfs_native.fsspec import HdfsFileSystem
     from upath.implementations.hdfs import HDFSPath
     from upath.registry import register_implementation
+
+    class PatientHdfsFileSystem(HdfsFileSystem):
+        """hdfs-native's filesystem with a client that waits out a NameNode's safe mode."""
+
+        def __init__(self, *args: Any, **options: Any) -> None:
+            super().__init__(*args, **options)
+            self.client = _PatientHdfsClient(self.client)
+
+    fsspec.register_implementation("hdfs", PatientHdfsFileSystem, clobber=True)
+    os.register_at_fork(before=_keep_hdfs_clients_through_fork)
 
     class NamedHdfsPath(HDFSPath):
         __slots__ = ()
@@ -506,15 +568,18 @@ def entries(folder: Path) -> dict[str, tuple[int, float]]:
             for item in listed
             if item.get("type") == "file"
         }
+    listed = {}
     try:
         with os.scandir(folder) as found:
-            return {
-                entry.name: (entry.stat().st_size, entry.stat().st_mtime)
-                for entry in found
-                if entry.is_file()
-            }
+            for entry in found:
+                # A file removed between the listing and its stat (Spark trims its logs) is not listed.
+                with contextlib.suppress(FileNotFoundError):
+                    if entry.is_file():
+                        stat = entry.stat()
+                        listed[entry.name] = (stat.st_size, stat.st_mtime)
     except (FileNotFoundError, NotADirectoryError):
         return {}
+    return listed
 
 
 def files_under(folder: Path) -> list[str]:

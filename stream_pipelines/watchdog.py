@@ -64,17 +64,35 @@ class Watchdog:
         self.settings = settings
         self._waiting = waiting
         self._clocks: dict[str, _QueryClock] = {}
+        # A heartbeat is not judged before this moment (the supervisor's clock): set after an outage.
+        self._heartbeat_judged_from = float("-inf")
 
-    def look(self, record: LeaseRecord, driver_exists: bool | None, now: float | None = None) -> str | None:
-        """``driver_exists``: whether the lease's pid runs (None when it is on another host)."""
+    def look(
+        self,
+        record: LeaseRecord,
+        driver_exists: bool | None,
+        now: float | None = None,
+        store_silent_s: float = 0.0,
+    ) -> str | None:
+        """``driver_exists``: whether the lease's pid runs (None when it is on another host).
+        ``store_silent_s``: how long the store had not answered the watchdog when this read returned
+        (since its previous answer)."""
         now = time.monotonic() if now is None else now
+        if store_silent_s > self.settings.lease_timeout_s:
+            # The store kept the lease from the watchdog for longer than the lease timeout (a NameNode
+            # restart, S3 not answering): it kept the driver from renewing too, so what was read says
+            # nothing about the driver. From the store's return the driver has a lease timeout to renew
+            # (a renewal that waited through the outage lands with the heartbeat it was begun with).
+            self._clocks.clear()
+            self._heartbeat_judged_from = now + self.settings.lease_timeout_s
+            return None
         if driver_exists is False:
             # A dead driver's lease (a crash, or the one before a restart that has not taken over
             # yet): nothing hangs, and the next owner's clocks start afresh.
             self._clocks.clear()
             return None
         age = record.heartbeat_age()
-        if age >= self.settings.lease_timeout_s:
+        if age >= self.settings.lease_timeout_s and now >= self._heartbeat_judged_from:
             if driver_exists is None:
                 return None  # on another host: the supervisor can neither tell nor act
             return (

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from stream_pipelines import store
-from stream_pipelines.config import ConfigError, load_config
+from stream_pipelines.config import PROJECT_ROOT, ConfigError, load_config
 from tests.unit.test_checkpoint_on_s3 import (  # noqa: F401
     running_the_fixtures_spark,
     test_a_reset_from_committed_offsets_on_the_remote_store_writes_the_checkpoint_a_local_reset_writes,
@@ -221,7 +223,6 @@ def test_a_local_folder_is_copied_onto_hdfs(folder, tmp_path):
 
 
 def test_the_sensor_metadata_file_is_read_from_hdfs_as_the_workers_read_it(hdfs_root):
-    from stream_pipelines.config import PROJECT_ROOT
     from stream_pipelines.sensor_metadata import SensorMetadataError, read_metadata_rows
 
     local = PROJECT_ROOT / "conf" / "sensor_metadata.csv"
@@ -230,6 +231,57 @@ def test_the_sensor_metadata_file_is_read_from_hdfs_as_the_workers_read_it(hdfs_
     assert read_metadata_rows(url) == read_metadata_rows(str(local))
     with pytest.raises(SensorMetadataError, match="not found"):
         read_metadata_rows(f"{hdfs_root}/datasets/sensors/missing.csv")
+
+
+FORK_AFTER_HDFS = """
+import subprocess, sys
+from stream_pipelines import store
+# The file layer's HDFS client, used and then dropped by its caller, as the demo and the nightly job do
+# before they launch Spark's JVM (pyspark forks with a preexec_fn, so Python runs in the child).
+assert store.entries(store.location(None, sys.argv[1])) is not None
+subprocess.run([sys.executable, "-c", "pass"], preexec_fn=lambda: None, check=True, timeout=30)
+print("child ran")
+"""
+
+
+def test_a_process_that_used_hdfs_can_still_fork_a_child_that_runs_python(hdfs_root):
+    # fsspec clears its instance cache in every forked child; were that the last reference to the HDFS
+    # client, its drop would wait on a runtime whose threads the child does not have, for ever.
+    store.write_atomically(store.location(None, f"{hdfs_root}/marker"), "x")
+    done = subprocess.run(
+        [sys.executable, "-c", FORK_AFTER_HDFS, hdfs_root],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+        cwd=PROJECT_ROOT,
+    )
+    assert done.returncode == 0 and "child ran" in done.stdout, done.stderr[-3000:]
+
+
+def test_a_write_refused_while_the_namenode_is_in_safe_mode_waits_for_it_to_leave_and_succeeds(hdfs, folder):
+    """A restarted NameNode refuses every change (SafeModeException) until its DataNodes have reported
+    their blocks: a driver's exit record or lease release made then must wait, not fail. Stops the
+    session's HDFS daemons and brings them back."""
+    target = folder / "safe-mode" / "exit.json"
+    store.write_atomically(target, "before")
+    hdfs.stop_datanode()
+    hdfs.stop_namenode()
+    hdfs.start_namenode(wait=False)
+    deadline = time.monotonic() + 60
+    while hdfs.namenode_state().get("Safemode", "") == "" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert hdfs.namenode_state().get("Safemode"), "the NameNode did not come up in safe mode"
+    datanode = threading.Timer(3.0, hdfs.start_datanode)
+    datanode.start()
+    try:
+        began = time.monotonic()
+        store.write_atomically(target, "after")
+        assert time.monotonic() - began >= 2.5, "written while the NameNode was in safe mode"
+    finally:
+        datanode.join()
+    assert store.read_bytes(target) == b"after"
+    hdfs._wait(hdfs.ready, 90, "HDFS to take writes again", "namenode")
 
 
 def test_a_call_made_while_the_namenode_restarts_waits_for_it_and_succeeds(hdfs, folder):

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
+from stream_pipelines import store
 from stream_pipelines.airflow.nightly import START_DATE_VARIABLE, event_day
 from stream_pipelines.config import PROJECT_ROOT
 from stream_pipelines.devtools import stack
@@ -53,7 +54,7 @@ def test_event_day_prefers_the_param_then_the_data_interval():
         event_day("01/01/2026", start, None)
 
 
-def airflow_environment(tmp_path: Path, data_root: Path) -> dict[str, str]:
+def airflow_environment(tmp_path: Path, data_root: Path | str) -> dict[str, str]:
     environment = {
         key: value
         for key, value in os.environ.items()
@@ -77,7 +78,7 @@ def airflow_environment(tmp_path: Path, data_root: Path) -> dict[str, str]:
     return environment
 
 
-def write_archive_for_day(spark, data_root: Path) -> None:
+def write_archive_for_day(spark, data_root: Path | str) -> None:
     """Three archived sensor readings of D (no stream ran: every window is pending for it)."""
     readings = [
         ("e1", 1, 20.0, 10),
@@ -109,14 +110,22 @@ def write_archive_for_day(spark, data_root: Path) -> None:
         "topic string, partition int, offset long, key string, value binary, kafka_timestamp timestamp, "
         "source_file string, archived_at timestamp",
     ).withColumn("arrival_date", F.lit(DAY.isoformat())).write.partitionBy("topic", "arrival_date").parquet(
-        str(data_root / "archive")
+        f"{data_root}/archive"
     )
+
+
+@pytest.fixture(params=["local", "hdfs"])
+def nightly_data_root(request, tmp_path):
+    """The run's data root: a local folder, or the lab's layout on the session's HDFS."""
+    if request.param == "local":
+        return tmp_path / "data"
+    return request.getfixturevalue("hdfs_root") + "/pipeline"
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(2400)  # a DB migration, a GX context, a spark-submit: minutes on a busy machine
-def test_the_dag_runs_every_task_through_dag_test(spark, tmp_path):
-    data_root = tmp_path / "data"
+def test_the_dag_runs_every_task_through_dag_test(spark, tmp_path, nightly_data_root):
+    data_root = nightly_data_root
     write_archive_for_day(spark, data_root)
     environment = airflow_environment(tmp_path, data_root)
     failure = stack.migrate_airflow_db(environment)
@@ -136,8 +145,8 @@ def test_the_dag_runs_every_task_through_dag_test(spark, tmp_path):
     assert outcome["state"] == "success", f"{outcome}\n{run.stderr[-6000:]}"
     assert set(outcome["tasks"]) == {"choose_day", "gx_raw_events", "reconcile", "gx_outputs", "report"}
 
-    report = json.loads(
-        (data_root / "reports" / "reconciliation" / DAY.isoformat() / "report.json").read_text()
+    report = store.read_json(
+        store.location(None, f"{data_root}/reports/reconciliation/{DAY.isoformat()}/report.json")
     )
     assert report["status"] == "passed"
     assert [gate["suite"] for gate in report["quality_gates"]] == [

@@ -304,13 +304,29 @@ class _WatchdogThread:
         backlog = KafkaBacklog(self.config)
         watchdog = Watchdog(WatchdogSettings.of(self.config, app), query_backlog(self.config, app, backlog))
         interval = self.config.supervision.heartbeat_interval.seconds
+        unreadable, last_answer = False, time.monotonic()
         try:
             while not self._stopping.wait(interval):
-                record = lease.read()
+                try:
+                    record = lease.read()
+                except Exception as error:  # the store failed this read; the watchdog looks again
+                    if not unreadable:
+                        log.warning("watchdog: cannot read %s's lease (%s); looking again", app, error)
+                    unreadable = True
+                    continue
+                answered = time.monotonic()
+                silent_s, last_answer, unreadable = answered - last_answer, answered, False
+                if silent_s > self.config.supervision.lease_timeout.seconds:
+                    log.warning(
+                        "watchdog: the store did not answer for %.0fs: %s's heartbeat is judged on the "
+                        "next look, once the driver could renew it",
+                        silent_s,
+                        app,
+                    )
                 if record is None:
                     continue
                 driver_exists = process_exists(record.pid) if record.host == lease.host else None
-                verdict = watchdog.look(record, driver_exists)
+                verdict = watchdog.look(record, driver_exists, answered, silent_s)
                 if verdict is not None:
                     self.busy, self.verdict = True, verdict
                     self._restart(verdict)

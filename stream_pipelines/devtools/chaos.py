@@ -2,8 +2,9 @@
 
 The stack is the one `make up` starts (Kafka broker, Airflow api-server, scheduler and dag-processor
 with the LocalExecutor, the supervisor DAGs of the chosen apps unpaused, the live generator), in its own
-data root and on free ports, with short supervision timings. While the generator produces, it injects
-faults drawn at random (seeded) from five classes:
+data root and on free ports, with short supervision timings. The data root is on the local disk, or
+(``--store hdfs|s3``) on an HDFS or S3 server the stack starts on loopback. While the generator
+produces, it injects faults drawn at random (seeded) from six classes:
 
 - ``driver-kill``: kill -9 of an app's driver process group (the spark-submit JVM and its Python);
 - ``runner-kill``: kill -9 of the Airflow task runner above spark-submit (the task is retried and must
@@ -11,7 +12,10 @@ faults drawn at random (seeded) from five classes:
 - ``scheduler-restart``: the scheduler stopped (SIGTERM to its group) and started again;
 - ``driver-freeze``: SIGSTOP of a driver JVM for longer than the supervisor's watchdog window, then
   SIGCONT (the watchdog must stop it and the supervisor restart it from its checkpoint);
-- ``broker-restart``: the Kafka broker stopped (controlled shutdown) and started again.
+- ``broker-restart``: the Kafka broker stopped (controlled shutdown) and started again;
+- ``storage-outage`` (with ``--store``): the store gone for 30-60 s under every app: the NameNode
+  stopped and started again, or the S3 server frozen (moto keeps objects in memory, so a restart would
+  erase them rather than interrupt them). Each app rides it out or is restarted by its supervisor.
 
 After each fault it waits until the app has recovered (a batch committed after the fault, one driver,
 its supervisor task running), with a timeout that counts as a failure to recover, then a small random
@@ -26,6 +30,7 @@ prints a table per fault class (count, seconds from the fault to the next commit
 adoptions, watchdog kills) and writes everything to a JSON file. Exit 0 only when all of it holds.
 
     python -m stream_pipelines.devtools.chaos --faults 20 --seed 7          (make chaos CHAOS_ARGS=...)
+    python -m stream_pipelines.devtools.chaos --store hdfs --classes storage-outage,driver-kill
 """
 
 from __future__ import annotations
@@ -58,21 +63,37 @@ from stream_pipelines.devtools.processes import (
     free_port,
     parent_pid,
     process_table,
+    started_with,
     stop_process_group,
 )
 from stream_pipelines.registry import APP_NAMES, APPS
 
 DEFAULT_ROOT = PROJECT_ROOT / "data" / "chaos"
 ROOT_MARKER = ".chaos-root"
-FAULT_CLASSES = ("driver-kill", "runner-kill", "scheduler-restart", "driver-freeze", "broker-restart")
+# Everything the stack starts carries its root in this variable (``paths.local_root``, handed on).
+ROOT_VARIABLE = "PIPELINE__PATHS__LOCAL_ROOT"
+FAULT_CLASSES = (
+    "driver-kill",
+    "runner-kill",
+    "scheduler-restart",
+    "driver-freeze",
+    "broker-restart",
+    "storage-outage",
+)
 FAULT_LABELS = {
     "driver-kill": "kill -9 of a driver's process group",
     "runner-kill": "kill -9 of the task runner above spark-submit",
     "scheduler-restart": "restart of the scheduler",
     "driver-freeze": "SIGSTOP of a driver JVM past the watchdog window, then SIGCONT",
     "broker-restart": "restart of the Kafka broker",
+    "storage-outage": "the store down for 30-60 s: NameNode stopped and started, or S3 server frozen",
 }
+# Where the stack keeps its data root: the local disk, or a store server it starts on loopback.
+STORES = ("local", "hdfs", "s3")
+STORE_FAULTS = {"storage-outage"}
+OUTAGE_S = (30.0, 60.0)
 APP_FAULTS = {"driver-kill", "runner-kill", "driver-freeze"}
+S3_BUCKET = "pipeline-chaos"
 TRIGGER_S = 3
 # Short supervision timings, so that 20 faults fit in half an hour; the guard must not trip during them.
 STACK_SETTINGS = (
@@ -122,12 +143,8 @@ def drivers_in(table: dict[int, Proc], apps: Sequence[str], root: Path | None = 
 
 
 def of_stack(pid: int, root: Path) -> bool:
-    """Whether the process runs with the stack's data root in its environment (all it starts does)."""
-    try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return False
-    return f"PIPELINE__PATHS__DATA_ROOT={root}\0".encode() in environ
+    """Whether the process runs with the stack's root in its environment (all it starts does)."""
+    return started_with(pid, ROOT_VARIABLE, str(root))
 
 
 class DriverSampler:
@@ -218,13 +235,16 @@ class Stack:
     rate: float
     ad_rate: float
     extra: tuple[str, ...] = ()
+    store: str = "local"
     airflow_port: int = field(default_factory=free_port)
     broker_port: int = field(default_factory=free_port)
     controller_port: int = field(default_factory=free_port)
 
     def __post_init__(self) -> None:
+        self.store_server = self._store_server()
         self.overrides = [
-            f"paths.data_root={self.root}",
+            f"paths.local_root={self.root}",
+            *self._store_settings(),
             f"broker.port={self.broker_port}",
             f"broker.controller_port={self.controller_port}",
             f"kafka.bootstrap_servers=127.0.0.1:{self.broker_port}",
@@ -233,6 +253,54 @@ class Stack:
             *self.extra,
         ]
         self.config = load_config("local", self.overrides)
+
+    # ---- the store
+
+    def _store_server(self) -> Any:
+        """The store server this stack runs its data root on (None for the local disk)."""
+        if self.store == "hdfs":
+            from stream_pipelines.devtools.hdfs import LocalHdfs
+
+            return LocalHdfs(home=self.root / "hdfs")
+        if self.store == "s3":
+            from stream_pipelines.devtools.object_store import ObjectStoreServer
+
+            return ObjectStoreServer(self.root / "object-store")
+        return None
+
+    def _store_settings(self) -> list[str]:
+        if self.store == "hdfs":
+            return [f"paths.data_root={self.store_server.url('chaos')}"]
+        if self.store == "s3":
+            return [f"paths.data_root=s3a://{S3_BUCKET}/chaos", *self.store_server.settings()]
+        return [f"paths.data_root={self.root}"]
+
+    def start_store(self) -> None:
+        if self.store_server is None:
+            return
+        self.store_server.start()
+        if self.store == "s3":
+            from stream_pipelines.devtools.object_store import CREDENTIALS
+
+            # This process reads the store too (commit times, the control store, the verification).
+            os.environ.update(CREDENTIALS)
+            self.store_server.create_bucket(S3_BUCKET)
+            say(f"S3 server (moto) on {self.store_server.endpoint}, data root in bucket {S3_BUCKET}")
+        else:
+            say(f"HDFS on {self.store_server.default_fs}, data root {self.config.paths.data_root}")
+
+    def stop_store(self) -> None:
+        if self.store_server is not None:
+            if self.store == "s3":
+                self.resume_store()  # a stopped process ignores SIGTERM until continued
+            self.store_server.stop()
+
+    def store_pid(self) -> int:
+        return self.store_server._process.pid
+
+    def resume_store(self) -> None:
+        with contextlib.suppress(ProcessLookupError, AttributeError):
+            os.kill(self.store_pid(), signal.SIGCONT)
 
     def watchdog_window_s(self, app: str) -> float:
         """The watchdog's window: no progress for this long while offsets wait is a stall."""
@@ -258,6 +326,10 @@ class Stack:
                 "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
             }
         )
+        if self.store == "s3":
+            from stream_pipelines.devtools.object_store import CREDENTIALS
+
+            environment.update(CREDENTIALS)
         environment.update(override_variables(self.overrides))
         return environment
 
@@ -317,6 +389,7 @@ class Stack:
             shutil.rmtree(self.root)
         self.root.mkdir(parents=True)
         (self.root / ROOT_MARKER).write_text("a private stack of `make chaos`; deleted at its next run\n")
+        self.start_store()
         say(
             f"private stack in {self.root}: broker on 127.0.0.1:{self.broker_port}, "
             f"Airflow on :{self.airflow_port}"
@@ -368,6 +441,8 @@ class Stack:
                 say(f"{app}: driver pid {pid} killed at tear-down")
         with contextlib.suppress(Exception):
             self.broker().stop()
+        with contextlib.suppress(Exception):
+            self.stop_store()
 
 
 # --------------------------------------------------------------------------- observations
@@ -375,16 +450,13 @@ class Stack:
 
 def commit_times(config: PipelineConfig, app: str) -> dict[str, list[float]]:
     """Per query of the app, when each of its commits was written (epoch seconds, ascending)."""
+    from stream_pipelines import store
+
     found = {}
     for query in APPS[app].query_names:
-        commits = Path(config.checkpoint_dir(app, query)) / "commits"
-        times = []
-        with contextlib.suppress(FileNotFoundError):
-            for entry in os.scandir(commits):
-                if entry.name.isdigit():
-                    with contextlib.suppress(FileNotFoundError):
-                        times.append(entry.stat().st_mtime)
-        found[query] = sorted(times)
+        commits = store.location(config, config.checkpoint_dir(app, query)) / "commits"
+        listed = store.entries(commits)
+        found[query] = sorted(modified for name, (_, modified) in listed.items() if name.isdigit())
     return found
 
 
@@ -518,8 +590,8 @@ class Chaos:
         return condition()
 
     def healthy(self, app: str, since: float = 0.0) -> bool:
-        """One driver that has committed since it started, its supervisor's task running, and a batch of
-        every query committed since ``since``."""
+        """One driver that has committed since it started, its supervisor's task running, a batch of
+        every query committed since ``since``, and no stop of the app pending."""
         drivers = self.sampler.drivers(app)
         if len(drivers) != 1:
             return False
@@ -527,7 +599,13 @@ class Chaos:
         if not task or task["state"] != "running":
             return False
         started = self.sampler.first_seen(drivers[0])
-        return committed_since(self.config, app, max(since, started)) is not None
+        if committed_since(self.config, app, max(since, started)) is None:
+            return False
+        # A stop asked for (the watchdog's, after a stall) is still under way: the driver that committed
+        # is draining, and its restart has yet to happen.
+        from stream_pipelines.control import ControlStore
+
+        return not ControlStore(self.config).stop_marker(app).exists()
 
     def wait_first_batches(self, timeout_s: float = 900) -> None:
         say("waiting for every app's first committed batches")
@@ -672,6 +750,33 @@ class Chaos:
         took = time.monotonic() - started
         return f"broker pid {old} stopped in {stopped:.0f}s, answering again as pid {new} after {took:.0f}s"
 
+    def _storage_outage(self, result: FaultResult) -> str:
+        """The store every driver writes its checkpoints, outputs and lease to is gone for 30-60 s.
+
+        HDFS: the NameNode stopped and started again on the same metadata (the DataNode keeps its blocks).
+        S3: moto keeps its objects in memory, so a restart would erase the store, not interrupt it; its
+        server is frozen (SIGSTOP) instead: requests hang, as against an endpoint that does not answer."""
+        stack = self.stack
+        if stack.store == "local":
+            raise RuntimeError("the storage-outage fault needs a store server: run with --store hdfs or s3")
+        outage_s = self.rng.uniform(*OUTAGE_S)
+        result.notes.append(f"outage {outage_s:.0f}s")
+        if stack.store == "hdfs":
+            started = time.monotonic()
+            stack.store_server.stop_namenode()
+            say(f"fault    storage-outage    NameNode stopped; starting it again in {outage_s:.0f}s")
+            time.sleep(max(outage_s - (time.monotonic() - started), 0))
+            back_s = stack.store_server.start_namenode()
+            return (
+                f"stack: NameNode stopped for {outage_s:.0f}s, taking writes again {back_s:.0f}s "
+                "after its start"
+            )
+        os.kill(stack.store_pid(), signal.SIGSTOP)
+        say(f"fault    storage-outage    S3 server pid {stack.store_pid()} frozen for {outage_s:.0f}s")
+        time.sleep(outage_s)
+        stack.resume_store()
+        return f"stack: S3 server (pid {stack.store_pid()}) frozen for {outage_s:.0f}s, then continued"
+
     def _stop_orphan(self, app: str, result: FaultResult) -> None:
         """Stop the adopted driver gracefully; supervision must then start one new driver as usual."""
         from stream_pipelines.control import ControlStore, apply_action
@@ -759,6 +864,13 @@ class Chaos:
             gap = self.rng.uniform(*gap_s)
             time.sleep(gap)
             self.settle_accounts()
+
+
+def fault_classes(chosen: str | None, store: str) -> tuple[str, ...]:
+    """The classes asked for, or every class the store allows (a local disk has no server to stop)."""
+    if chosen is not None:
+        return tuple(c for c in chosen.split(",") if c)
+    return tuple(c for c in FAULT_CLASSES if store != "local" or c not in STORE_FAULTS)
 
 
 def draw_schedule(
@@ -924,8 +1036,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--classes",
-        default=",".join(FAULT_CLASSES),
-        help=f"comma-separated fault classes ({', '.join(FAULT_CLASSES)})",
+        default=None,
+        help=f"comma-separated fault classes ({', '.join(FAULT_CLASSES)}; default: all that the store "
+        "allows, storage-outage only with --store hdfs or s3)",
     )
     parser.add_argument(
         "--each-once", action="store_true", help="one fault of each class, in order (the smoke)"
@@ -945,6 +1058,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--gap", type=float, nargs=2, default=(3.0, 15.0), metavar=("MIN", "MAX"))
     parser.add_argument("--rate", type=float, default=5.0, help="sensor readings per second")
     parser.add_argument("--ad-rate", type=float, default=2.0, help="impressions per second")
+    parser.add_argument(
+        "--store",
+        choices=STORES,
+        default="local",
+        help="where the data root lives: the local disk, or an HDFS or S3 server the stack starts on "
+        "loopback (needed by storage-outage)",
+    )
     parser.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--keep", action="store_true", help="leave the stack running at the end (debugging)")
     return parser.parse_args(argv)
@@ -961,10 +1081,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The verification's Spark session stays on loopback, like everything else of the stack.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     apps = tuple(a for a in args.apps.split(",") if a)
-    classes = tuple(c for c in args.classes.split(",") if c)
+    classes = fault_classes(args.classes, args.store)
     unknown = [a for a in apps if a not in APPS] + [c for c in classes if c not in FAULT_CLASSES]
     if unknown:
         raise SystemExit(f"chaos: unknown app or fault class: {', '.join(unknown)}")
+    if args.store == "local" and STORE_FAULTS & set(classes):
+        raise SystemExit("chaos: storage-outage needs a store server to stop: add --store hdfs or --store s3")
     rng = random.Random(args.seed)
     schedule = draw_schedule(rng, args.faults, classes, apps, args.each_once)
     stack = Stack(
@@ -974,16 +1096,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         rate=args.rate,
         ad_rate=args.ad_rate,
         extra=tuple(args.extra),
+        store=args.store,
     )
     report_path = (args.json or stack.root / "chaos-report.json").resolve()
     report: dict[str, Any] = {
         "seed": args.seed,
+        "store": args.store,
         "apps": list(apps),
         "schedule": [f"{fault}:{app or 'stack'}" for fault, app in schedule],
         "settings": stack.overrides,
     }
     started = datetime.now(UTC)
-    say(f"chaos: {len(schedule)} faults, seed {args.seed}, apps {', '.join(apps)}")
+    say(f"chaos: {len(schedule)} faults, seed {args.seed}, apps {', '.join(apps)}, store {args.store}")
     chaos: Chaos | None = None
     try:
         stack.up()

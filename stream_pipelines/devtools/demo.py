@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from stream_pipelines import registry
+from stream_pipelines import registry, store
 from stream_pipelines.checkpoint.format import batch_ids, kafka_offsets, read_offsets
 from stream_pipelines.config import PROJECT_ROOT, PipelineConfig, load_config, override_variables
 from stream_pipelines.devtools.stack import migrate_airflow_db
@@ -34,7 +34,7 @@ from stream_pipelines.registry import APP_NAMES, APPS
 
 DEMO_ROOT = PROJECT_ROOT / "data" / "demo"
 DEMO_OVERRIDES = (
-    f"paths.data_root={DEMO_ROOT}",
+    f"paths.local_root={DEMO_ROOT}",
     "broker.port=9192",
     "broker.controller_port=9193",
     "kafka.bootstrap_servers=127.0.0.1:9192",
@@ -46,6 +46,9 @@ DEMO_OVERRIDES = (
     "supervision.max_retry_delay=10 seconds",
     "metrics.ports={raw_archive: 9491, sensor_aggregation: 9492, ad_matching: 9493}",
 )
+# Under a config whose HDFS the demo starts itself (conf/hdfs.yaml), its private one answers here, so that
+# a `make up` stack's HDFS on the config's own port is left alone.
+DEMO_NAMENODE = "hdfs://127.0.0.1:9820"
 KILLED_APP = "sensor_aggregation"
 # Where the demo's native output goes: its own Spark JVM's start-up lines and the Kafka clients' log.
 NATIVE_LOG = DEMO_ROOT / "spark-and-kafka-clients.log"
@@ -69,28 +72,64 @@ def wait_for(
     raise SystemExit(f"demo: timed out after {timeout_s:.0f}s waiting for {what}; logs are in {DEMO_ROOT}")
 
 
+def demo_overrides(selected: PipelineConfig) -> list[str]:
+    """The demo's settings over the selected config (``PIPELINE_ENV``): its own ports and host-local root;
+    its data root on the local disk, or, under a config that starts its own HDFS, on a private one."""
+    if selected.hdfs.manage_local:
+        return [*DEMO_OVERRIDES, f"spark.extra_conf.spark.hadoop.fs.defaultFS={DEMO_NAMENODE}"]
+    if "://" in selected.project_path(selected.paths.data_root):
+        raise SystemExit(
+            f"demo: runs on the local default or on conf/hdfs.yaml (an HDFS it starts itself), not on "
+            f"{selected.env}'s data root {selected.paths.data_root}, which it would have to empty"
+        )
+    return [*DEMO_OVERRIDES, f"paths.data_root={DEMO_ROOT}"]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    overrides = [*DEMO_OVERRIDES, *(argv or [])]
-    config = load_config("local", overrides)
+    overrides = [*demo_overrides(load_config()), *(argv or [])]
+    config = load_config(None, overrides)
 
     from stream_pipelines.devtools.broker import LocalBroker
 
     broker = LocalBroker(config)
+    _stop_a_previous_run()
     broker.stop()
+    if config.hdfs.manage_local:
+        from stream_pipelines.devtools import hdfs
+
+        hdfs.stop_for(config)
     shutil.rmtree(DEMO_ROOT, ignore_errors=True)
     with native_output_to(NATIVE_LOG):
         return _run(config, overrides, broker)
+
+
+def _stop_a_previous_run() -> None:
+    """An interrupted demo leaves its drivers running (spark-submit runs detached from its task); one
+    that lived on would hold its app's lease in the next run. Everything a demo starts carries its root."""
+    from stream_pipelines.devtools.processes import processes_started_with, stop_processes
+
+    left = stop_processes(processes_started_with("PIPELINE__PATHS__LOCAL_ROOT", str(DEMO_ROOT)))
+    if left:
+        say(f"stopped {left} process(es) an interrupted demo left running")
 
 
 def _run(config: PipelineConfig, overrides: Sequence[str], broker) -> int:
     from stream_pipelines.devtools import generator
     from stream_pipelines.topics import ensure_topics
 
-    say(f"a fresh Kafka broker (KRaft, Maven Central jars) on {broker.bootstrap}; data in {DEMO_ROOT}")
+    say(
+        f"a fresh Kafka broker (KRaft, Maven Central jars) on {broker.bootstrap}; "
+        f"data in {config.project_path(config.paths.data_root)}"
+    )
     print(f"    Spark's and the Kafka clients' own output: {NATIVE_LOG}")
     broker.start()
     supervisors: dict[str, subprocess.Popen] = {}
     try:
+        if config.hdfs.manage_local:
+            from stream_pipelines.devtools import hdfs
+
+            say("a fresh single-node HDFS on 127.0.0.1 for the data root (the lab's layout)")
+            print(f"    {hdfs.start_for(config)}")
         ensure_topics(config)
         start = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=20)
         spec = generator.ScenarioSpec(
@@ -151,6 +190,10 @@ def _run(config: PipelineConfig, overrides: Sequence[str], broker) -> int:
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
         broker.stop()
+        if config.hdfs.manage_local:
+            from stream_pipelines.devtools import hdfs
+
+            hdfs.stop_for(config)
     return 0
 
 
@@ -270,7 +313,7 @@ def query_samples(config: PipelineConfig, app: str, query: str) -> dict[str, flo
 
 
 def _committed(config: PipelineConfig, app: str, query: str) -> list[int]:
-    return batch_ids(Path(config.checkpoint_dir(app, query)) / "commits")
+    return batch_ids(store.location(config, config.checkpoint_dir(app, query)) / "commits")
 
 
 def supervised(supervisors: dict[str, subprocess.Popen], condition: Callable[[], bool]) -> Callable[[], bool]:
@@ -347,7 +390,8 @@ def caught_up(config: PipelineConfig, apps: Sequence[str] = APP_NAMES) -> bool:
             commits = _committed(config, app.name, query)
             if not commits:
                 return False
-            entry = read_offsets(Path(config.checkpoint_dir(app.name, query)) / "offsets" / str(commits[-1]))
+            checkpoint = store.location(config, config.checkpoint_dir(app.name, query))
+            entry = read_offsets(checkpoint / "offsets" / str(commits[-1]))
             done = {
                 (topic, str(partition)): offset
                 for topic, partitions in kafka_offsets(entry.sources).items()

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,10 +37,12 @@ from types import TracebackType
 from typing import Any
 
 from stream_pipelines import store
-from stream_pipelines.config import PROJECT_ROOT
+from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
 from stream_pipelines.devtools.daemons import LocalDaemons
 
 HOST = "127.0.0.1"
+# What `make up` and `make demo` put on a fresh local HDFS where the config reads the sensor metadata.
+SENSOR_METADATA = PROJECT_ROOT / "conf" / "sensor_metadata.csv"
 NAMENODE_CLASS = "org.apache.hadoop.hdfs.server.namenode.NameNode"
 DATANODE_CLASS = "org.apache.hadoop.hdfs.server.datanode.DataNode"
 STATE_FILE = "hdfs.json"
@@ -194,14 +197,24 @@ class LocalHdfs(LocalDaemons):
         """The NameNode alone (a fault: clients wait or fail); the DataNode keeps its blocks and waits."""
         return self._stop_daemon("namenode", timeout_s)
 
-    def start_namenode(self, timeout_s: float = 90.0) -> float:
-        """Bring the NameNode back on the same ports and metadata; seconds until HDFS takes writes."""
+    def start_namenode(self, timeout_s: float = 90.0, *, wait: bool = True) -> float:
+        """Bring the NameNode back on the same ports and metadata; seconds until HDFS takes writes (with
+        ``wait``; without, it returns at once and the NameNode stays in safe mode until a DataNode
+        reports)."""
         if self.daemon_running("namenode"):
             raise HdfsError(f"the NameNode under {self.home} is already running")
         began = time.monotonic()
         self._launch("namenode")
-        self._wait(self.ready, timeout_s, "the NameNode to leave safe mode", "namenode")
+        if wait:
+            self._wait(self.ready, timeout_s, "the NameNode to leave safe mode", "namenode")
         return time.monotonic() - began
+
+    def stop_datanode(self, timeout_s: float = 20.0) -> bool:
+        """The DataNode alone: its blocks stay on disk; a NameNode started without it stays in safe mode."""
+        return self._stop_daemon("datanode", timeout_s)
+
+    def start_datanode(self) -> None:
+        self._launch("datanode")
 
     @classmethod
     def attach(cls, home: Path) -> LocalHdfs | None:
@@ -339,6 +352,49 @@ def _free_port(host: str, taken: set[int]) -> int:
                 continue
         return port
     raise HdfsError(f"no free port on {host} between 20000 and 32000")
+
+
+# ---------------------------------------------------------------------------- a config's own HDFS
+
+
+def for_config(config: PipelineConfig) -> LocalHdfs:
+    """The local HDFS a config with ``hdfs.manage_local`` names: its home is ``paths.hdfs`` (host-local),
+    its NameNode on the port of ``spark.hadoop.fs.defaultFS``."""
+    port = urllib.parse.urlsplit(config.spark.extra_conf[store.DEFAULT_FS]).port
+    return LocalHdfs(home=Path(config.data_path("hdfs")), ports={"namenode_rpc": port})
+
+
+def start_for(config: PipelineConfig) -> str:
+    """Start the config's local HDFS unless it runs, and put the sensor metadata file where the config
+    reads it; one line saying what was done."""
+    cluster = for_config(config)
+    if cluster.running():
+        cluster._wait(cluster.ready, 90, "the running HDFS to take writes", "namenode")
+        said = f"hdfs: already running, fs.defaultFS={cluster.default_fs}"
+    else:
+        cluster.start()
+        cluster._processes.clear()  # the daemons outlive this process; `stop_for` finds their pid files
+        said = f"hdfs: started, fs.defaultFS={cluster.default_fs} (NameNode UI {cluster.webui_url})"
+    seeded = seed_sensor_metadata(config)
+    return said + (f"; sensor metadata put at {seeded}" if seeded else "")
+
+
+def stop_for(config: PipelineConfig) -> bool:
+    """Stop the config's local HDFS; True when it was running. Its files stay for the next start."""
+    return for_config(config).stop()
+
+
+def seed_sensor_metadata(config: PipelineConfig) -> str | None:
+    """Copy the project's sensor metadata (conf/sensor_metadata.csv) to the config's ``hdfs://`` metadata
+    path when nothing is there yet, as the lab's setup puts it on HDFS; the URL when it copied."""
+    target_url = config.project_path(config.sensors.metadata_path)
+    if store.scheme(target_url) != "hdfs":
+        return None
+    target = store.location(config, target_url)
+    if target.exists():
+        return None
+    store.write_atomically(target, SENSOR_METADATA.read_bytes())
+    return str(target)
 
 
 # ---------------------------------------------------------------------------- shell entry point

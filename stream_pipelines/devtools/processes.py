@@ -122,6 +122,25 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
+def started_with(pid: int, variable: str, value: str) -> bool:
+    """Whether the process runs with ``variable=value`` in its environment (a private stack or the demo
+    hands its settings to everything it starts as ``PIPELINE__...`` variables)."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return f"{variable}={value}\0".encode() in environ
+
+
+def processes_started_with(variable: str, value: str) -> set[int]:
+    """Every live process (not this one) with ``variable=value`` in its environment."""
+    return {
+        pid
+        for pid, proc in process_table().items()
+        if pid != os.getpid() and proc.state != "Z" and started_with(pid, variable, value)
+    }
+
+
 def stop_processes(pids: set[int], timeout_s: float = 10.0) -> int:
     """SIGTERM each live process, SIGKILL what is left after timeout_s; returns how many were alive."""
     live = {pid for pid in pids if alive(pid)}

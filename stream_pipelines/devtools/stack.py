@@ -43,7 +43,8 @@ class Component:
 
 
 def stack_dir(config: PipelineConfig) -> Path:
-    return Path(config.data_path("control")).parent / "stack"
+    """The stack's own host-local state: Airflow's home, pid files, logs, Prometheus's data."""
+    return Path(config.local_root()) / "stack"
 
 
 def airflow_environment(config: PipelineConfig, port: int = AIRFLOW_PORT) -> dict[str, str]:
@@ -162,6 +163,10 @@ def up(config: PipelineConfig) -> int:
     from stream_pipelines.topics import ensure_topics
 
     print(LocalBroker(config).start().describe())
+    if config.hdfs.manage_local:
+        from stream_pipelines.devtools import hdfs
+
+        print(hdfs.start_for(config))
     for topic, outcome in ensure_topics(config).items():
         print(f"topic {topic}: {outcome}")
     environment = airflow_environment(config)
@@ -298,6 +303,10 @@ def down(config: PipelineConfig) -> int:
     if leftovers:
         print(f"{leftovers} process(es) left behind by Airflow tasks: stopped")
     print("broker: stopped" if LocalBroker(config).stop() else "broker: was not running")
+    if config.hdfs.manage_local:
+        from stream_pipelines.devtools import hdfs
+
+        print("hdfs: stopped" if hdfs.stop_for(config) else "hdfs: was not running")
     return 0
 
 
@@ -324,6 +333,11 @@ def status(config: PipelineConfig) -> int:
     from stream_pipelines.devtools.broker import LocalBroker
 
     print(LocalBroker(config).status().describe())
+    if config.hdfs.manage_local:
+        from stream_pipelines.devtools import hdfs
+
+        cluster = hdfs.for_config(config)
+        print(f"hdfs: {'running' if cluster.running() else 'stopped'} ({cluster.default_fs})")
     for component in components(config):
         pid = recorded_pid(config, component.name)
         state = f"running (pid {pid})" if pid and _alive(pid) else "stopped"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from stream_pipelines.devtools.chaos import (
     APP_FAULTS,
     FAULT_CLASSES,
@@ -11,7 +13,9 @@ from stream_pipelines.devtools.chaos import (
     Proc,
     draw_schedule,
     drivers_in,
+    fault_classes,
     fault_table,
+    main,
     task_runner,
     verdict,
 )
@@ -88,3 +92,16 @@ def test_the_runner_of_an_adopted_driver_is_found_by_its_task_instance_id():
     assert task_runner(processes, "01a20cd3-30c1-7ce5-83ca-d5838eaea94c") == 7
     assert task_runner(processes, "01a20cd3ffffffffffffffffffffffff") is None
     assert task_runner(processes, None) is None
+
+
+def test_the_storage_outage_is_drawn_only_on_a_store_with_a_server_to_stop():
+    assert "storage-outage" not in fault_classes(None, "local")
+    assert set(fault_classes(None, "local")) == set(FAULT_CLASSES) - {"storage-outage"}
+    assert fault_classes(None, "hdfs") == fault_classes(None, "s3") == FAULT_CLASSES
+    assert fault_classes("storage-outage,driver-kill", "s3") == ("storage-outage", "driver-kill")
+
+
+def test_a_storage_outage_asked_of_the_local_disk_is_refused_before_anything_starts(tmp_path):
+    with pytest.raises(SystemExit, match="storage-outage needs a store server to stop: add --store hdfs"):
+        main(["--classes", "storage-outage", "--root", str(tmp_path / "stack")])
+    assert not (tmp_path / "stack").exists()

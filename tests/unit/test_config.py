@@ -192,3 +192,76 @@ def test_overrides_handed_on_as_environment_variables_give_the_same_config():
     variables = override_variables(overrides)
     assert variables["PIPELINE__SENSORS__WATERMARK"] == "10 minutes"
     assert load_config("local", environ=variables) == load_config("local", overrides, environ={})
+
+
+def test_a_property_name_handed_on_as_an_environment_variable_keeps_its_case():
+    # Hadoop's and Spark's names are case-sensitive (fs.defaultFS); a process started by another must
+    # read the same key, not a lower-cased one beside the config's own.
+    overrides = [
+        "spark.extra_conf.spark.hadoop.fs.defaultFS=hdfs://127.0.0.1:9820",
+        "kafka.client_properties.metadata.max.age.ms=1000",
+    ]
+    handed_on = load_config("hdfs", environ=override_variables(overrides))
+    assert handed_on == load_config("hdfs", overrides, environ={})
+    assert handed_on.spark.extra_conf["spark.hadoop.fs.defaultFS"] == "hdfs://127.0.0.1:9820"
+    # A variable written by hand in capitals still names the lower-case property, as before.
+    by_hand = load_config("local", environ={"PIPELINE__SPARK__EXTRA_CONF__SPARK__EXECUTOR__MEMORY": "3g"})
+    assert by_hand.spark.extra_conf["spark.executor.memory"] == "3g"
+
+
+def test_the_hdfs_config_is_the_local_one_with_the_labs_layout_on_hdfs():
+    local, lab = load_config("local", environ={}), load_config("hdfs", environ={})
+    assert lab.env == "hdfs"
+    assert lab.spark.extra_conf["spark.hadoop.fs.defaultFS"] == "hdfs://127.0.0.1:8020"
+    # The lab writes hdfs:///path; every location handed to Spark or the file layer names the NameNode
+    # (Spark's checkpoint manager, over Hadoop's FileContext, refuses an HDFS URI without one).
+    assert lab.paths.data_root == "hdfs:///pipeline"
+    assert lab.data_path("checkpoints") == "hdfs://127.0.0.1:8020/pipeline/checkpoints"
+    assert lab.checkpoint_dir("raw_archive", "archive").startswith("hdfs://127.0.0.1:8020/pipeline/")
+    assert lab.data_path("outputs") == "hdfs://127.0.0.1:8020/pipeline/outputs"
+    assert (
+        lab.project_path(lab.sensors.metadata_path)
+        == "hdfs://127.0.0.1:8020/datasets/sensors/sensor_metadata.csv"
+    )
+    absolute = load_config("hdfs", ["paths.archive=hdfs:///lab/archive"], environ={})
+    assert absolute.data_path("archive") == "hdfs://127.0.0.1:8020/lab/archive"
+    assert lab.hdfs.manage_local and not local.hdfs.manage_local
+    # Everything it does not set is the local default's, section by section.
+    assert lab.kafka == local.kafka and lab.supervision == local.supervision
+    assert lab.spark.shuffle_partitions == local.spark.shuffle_partitions
+    assert lab.sensors.watermark == local.sensors.watermark
+
+
+def test_host_local_state_stays_on_the_host_when_the_data_root_is_on_hdfs():
+    lab = load_config("hdfs", environ={})
+    local_root = str(DEFAULT_CONF_DIR.parent / "data" / "hdfs-env")
+    for name in ("scratch", "broker", "hdfs"):
+        assert (
+            lab.data_path(name)
+            == f"{local_root}/{dict(scratch='scratch', broker='kafka', hdfs='hdfs')[name]}"
+        )
+    assert lab.scratch_dir("raw_archive") == f"{local_root}/scratch/raw_archive"
+    # Without a local root, those entries follow the data root, as before.
+    assert load_config("local", environ={}).local_root() == str(DEFAULT_CONF_DIR.parent / "data")
+
+
+def test_a_config_extending_another_is_merged_key_by_key_and_a_cycle_is_named(tmp_path: Path):
+    conf = tmp_path / "conf"
+    shutil.copytree(DEFAULT_CONF_DIR, conf)
+    (conf / "staging.yaml").write_text("base: local\nsensors: {watermark: 5 minutes}\n")
+    staging = load_config("staging", environ={}, conf_dir=conf)
+    assert staging.sensors.watermark == Duration(300)
+    assert staging.sensors.window == load_config("local", environ={}).sensors.window
+    (conf / "a.yaml").write_text("base: b\n")
+    (conf / "b.yaml").write_text("base: a\n")
+    assert "a -> b -> a is a cycle" in error_for(env="a", conf_dir=conf)
+    (conf / "c.yaml").write_text("base: nowhere\n")
+    assert "no config for the base of c.yaml 'nowhere'" in error_for(env="c", conf_dir=conf)
+
+
+def test_a_local_hdfs_must_be_named_on_loopback():
+    message = error_for(
+        "spark.extra_conf.spark.hadoop.fs.defaultFS=hdfs://namenode.internal:8020", env="hdfs"
+    )
+    assert "hdfs.manage_local" in message and "hdfs://127.0.0.1:<port>" in message
+    assert "hdfs.manage_local" in error_for("hdfs.manage_local=true")

@@ -101,3 +101,31 @@ def test_the_progress_line_reads_batch_rows_watermark_from_the_endpoint_and_rest
     finally:
         server.shutdown()
         thread.join(5)
+
+
+def test_a_demo_starts_by_stopping_what_an_interrupted_one_left_running(tmp_path: Path, monkeypatch) -> None:
+    # A demo killed mid-run leaves its drivers (detached from their tasks) running; they carry the
+    # demo's root in their environment, and the next demo stops them before it starts anything.
+    from stream_pipelines.devtools import demo
+    from stream_pipelines.devtools.processes import alive
+
+    root = tmp_path / "demo"
+    monkeypatch.setattr(demo, "DEMO_ROOT", root)
+    left = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)"],
+        env={"PIPELINE__PATHS__LOCAL_ROOT": str(root)},
+        start_new_session=True,
+    )
+    other = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)"],
+        env={"PIPELINE__PATHS__LOCAL_ROOT": str(tmp_path / "elsewhere")},
+    )
+    try:
+        demo._stop_a_previous_run()
+        left.wait(timeout=15)
+        assert not alive(left.pid)
+        assert other.poll() is None
+    finally:
+        for process in (left, other):
+            process.kill()
+            process.wait()

@@ -160,3 +160,25 @@ def test_the_sinks_swept_are_every_file_sink_the_registry_declares():
         "ad_ctr",
         "ad_matching_quarantine",
     }
+
+
+@pytest.mark.parametrize(
+    "folder",
+    [
+        "hdfs:///pipeline/archive",
+        "hdfs://127.0.0.1:8020/pipeline/archive",
+        "hdfs://localhost:8020/pipeline/archive/",
+    ],
+)
+def test_on_hdfs_a_logged_url_names_its_file_however_the_folder_spells_the_namenode(folder):
+    # The lab's layout writes hdfs:///path (fs.defaultFS names the NameNode); Spark's sink log records
+    # the full hdfs://host:port/path. Were they told apart, every committed file would look unlisted.
+    logged = [
+        "hdfs://127.0.0.1:8020/pipeline/archive/topic=sensors/part-00000.parquet",
+        "hdfs://127.0.0.1:8020/pipeline/archive/topic=odd%253Aname/part-00001.parquet",
+        "hdfs://127.0.0.1:8020/pipeline/elsewhere/part-00002.parquet",
+    ]
+    assert maintenance.committed_names(logged, folder) == {
+        "topic=sensors/part-00000.parquet",
+        "topic=odd%3Aname/part-00001.parquet",
+    }

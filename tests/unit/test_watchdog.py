@@ -85,6 +85,24 @@ def test_a_stale_heartbeat_is_stuck_only_while_the_driver_still_exists():
     assert Watchdog(SETTINGS, Broker(100)).look(stale, None, now=0) is None
 
 
+def test_a_lease_the_store_kept_from_the_watchdog_past_the_lease_timeout_is_not_judged_until_seen_again():
+    """A store outage (a NameNode restart, S3 not answering) stops the driver's renewals and the
+    watchdog's reads alike: the heartbeat read when the store answers again is old because of the store,
+    not the driver. It is judged on the next look, when the driver has had its chance to renew."""
+    watchdog = Watchdog(SETTINGS, Broker(high=10_000))
+    assert watchdog.look(record(3, end=100), True, now=0) is None
+    # The read blocked for 60 s (> the 45 s lease timeout); what it returns is 62 s old.
+    assert watchdog.look(record(3, heartbeat_age_s=62, end=100), True, now=60, store_silent_s=60) is None
+    # The driver's renewal that waited through the outage landed with the heartbeat it was started with:
+    # from the store's return the driver has a lease timeout to renew, as it always has.
+    assert watchdog.look(record(3, heartbeat_age_s=64, end=100), True, now=62) is None
+    # The driver renewed meanwhile: fine, and the stall clock restarted with the store.
+    assert watchdog.look(record(3, heartbeat_age_s=1, end=100), True, now=65) is None
+    assert watchdog.look(record(3, heartbeat_age_s=1, end=100), True, now=120) is None
+    # The driver did not renew although the store answers: stuck, as ever.
+    assert watchdog.look(record(3, heartbeat_age_s=67, end=100), True, now=125) is not None
+
+
 def test_a_dead_drivers_lease_before_the_restart_takes_over_is_not_judged():
     """A restarted try reads the dead driver's lease until the new one takes it: never a stall."""
     watchdog = Watchdog(SETTINGS, Broker(high=10_000))
