@@ -13,54 +13,21 @@ new driver, which commits).
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
-from stream_pipelines.config import PROJECT_ROOT
 from stream_pipelines.devtools.chaos import fault_classes
+from tests.chaos_run import run_chaos
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
-    folder = tmp_path_factory.mktemp("chaos")
-    report_path, log_path = folder / "chaos.json", folder / "chaos.log"
-    environment = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")) if p),
-    }
-    command = [
-        sys.executable,
-        "-m",
-        "stream_pipelines.devtools.chaos",
-        "--apps",
-        "raw_archive",
-        "--each-once",
-        "--stop-orphans",
-        "--seed",
-        "11",
-        "--gap",
-        "1",
-        "2",
-        "--recover-timeout",
-        "420",
-        "--root",
-        str(folder / "stack"),
-        "--json",
-        str(report_path),
-    ]
-    with log_path.open("w") as log:
-        subprocess.run(
-            command, env=environment, stdout=log, stderr=subprocess.STDOUT, timeout=2400, check=False
-        )
-    output = log_path.read_text(errors="replace")
-    assert report_path.exists(), f"no report written; the run's output:\n{output[-6000:]}"
-    return json.loads(report_path.read_text()), output
+    return run_chaos(
+        tmp_path_factory.mktemp("chaos"),
+        *("--apps", "raw_archive", "--each-once", "--stop-orphans", "--seed", "11"),
+        timeout_s=2400,
+    )
 
 
 def faults_by_class(report: dict) -> dict[str, dict]:

@@ -68,6 +68,8 @@ def airflow_environment(tmp_path: Path, data_root: Path | str) -> dict[str, str]
             "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{tmp_path / 'airflow' / 'airflow.db'}",
             "PIPELINE__PATHS__DATA_ROOT": str(data_root),
+            # Host-local (GX's working folder, Spark's scratch), whatever store the data root is on.
+            "PIPELINE__PATHS__LOCAL_ROOT": str(tmp_path / "local"),
             "PIPELINE__SPARK__SHUFFLE_PARTITIONS": "2",
             "PIPELINE__SPARK__DRIVER_MEMORY": "1g",
             "PIPELINE__METRICS__ENABLED": "false",

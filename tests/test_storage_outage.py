@@ -11,14 +11,9 @@ report (restarts, new drivers, seconds to the next committed batch) and is print
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
-from stream_pipelines.config import PROJECT_ROOT
+from tests.chaos_run import run_chaos
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
@@ -26,43 +21,13 @@ pytestmark = [pytest.mark.broker, pytest.mark.slow]
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("store", ["hdfs", "s3"])
 def test_a_storage_outage_under_a_running_app_loses_and_duplicates_nothing(store, tmp_path):
-    report_path, log_path = tmp_path / "chaos.json", tmp_path / "chaos.log"
-    environment = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")) if p),
-    }
-    command = [
-        sys.executable,
-        "-m",
-        "stream_pipelines.devtools.chaos",
-        "--store",
-        store,
-        "--apps",
-        "raw_archive",
-        "--classes",
-        "storage-outage",
-        "--faults",
-        "1",
-        "--seed",
-        "5",
-        "--gap",
-        "1",
-        "2",
-        "--recover-timeout",
-        "420",
-        "--root",
-        str(tmp_path / "stack"),
-        "--json",
-        str(report_path),
-    ]
-    with log_path.open("w") as log:
-        subprocess.run(
-            command, env=environment, stdout=log, stderr=subprocess.STDOUT, timeout=1700, check=False
-        )
-    output = log_path.read_text(errors="replace")
+    report, output = run_chaos(
+        tmp_path,
+        *("--store", store, "--apps", "raw_archive", "--classes", "storage-outage", "--faults", "1"),
+        *("--seed", "5"),
+        timeout_s=1700,
+    )
     tail = output[-6000:]
-    assert report_path.exists(), f"no report written; the run's output:\n{tail}"
-    report = json.loads(report_path.read_text())
     assert "aborted" not in report, f"{report.get('aborted')}\n{tail}"
     assert report["store"] == store
     [outage] = report["faults"]
