@@ -55,7 +55,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from stream_pipelines import store
 from stream_pipelines.config import PROJECT_ROOT, PipelineConfig, load_config, override_variables
+from stream_pipelines.control import ControlStore
+from stream_pipelines.devtools.hdfs import LocalHdfs
+from stream_pipelines.devtools.object_store import CREDENTIALS, ObjectStoreServer
 from stream_pipelines.devtools.processes import (
     Proc,
     alive,
@@ -259,12 +263,8 @@ class Stack:
     def _store_server(self) -> Any:
         """The store server this stack runs its data root on (None for the local disk)."""
         if self.store == "hdfs":
-            from stream_pipelines.devtools.hdfs import LocalHdfs
-
             return LocalHdfs(home=self.root / "hdfs")
         if self.store == "s3":
-            from stream_pipelines.devtools.object_store import ObjectStoreServer
-
             return ObjectStoreServer(self.root / "object-store")
         return None
 
@@ -280,8 +280,6 @@ class Stack:
             return
         self.store_server.start()
         if self.store == "s3":
-            from stream_pipelines.devtools.object_store import CREDENTIALS
-
             # This process reads the store too (commit times, the control store, the verification).
             os.environ.update(CREDENTIALS)
             self.store_server.create_bucket(S3_BUCKET)
@@ -327,8 +325,6 @@ class Stack:
             }
         )
         if self.store == "s3":
-            from stream_pipelines.devtools.object_store import CREDENTIALS
-
             environment.update(CREDENTIALS)
         environment.update(override_variables(self.overrides))
         return environment
@@ -450,8 +446,6 @@ class Stack:
 
 def commit_times(config: PipelineConfig, app: str) -> dict[str, list[float]]:
     """Per query of the app, when each of its commits was written (epoch seconds, ascending)."""
-    from stream_pipelines import store
-
     found = {}
     for query in APPS[app].query_names:
         commits = store.location(config, config.checkpoint_dir(app, query)) / "commits"
@@ -603,8 +597,6 @@ class Chaos:
             return False
         # A stop asked for (the watchdog's, after a stall) is still under way: the driver that committed
         # is draining, and its restart has yet to happen.
-        from stream_pipelines.control import ControlStore
-
         return not ControlStore(self.config).stop_marker(app).exists()
 
     def wait_first_batches(self, timeout_s: float = 900) -> None:
@@ -809,8 +801,6 @@ class Chaos:
     # ---- accounting
 
     def _counters(self) -> dict[str, dict[str, int]]:
-        from stream_pipelines.control import ControlStore
-
         store = ControlStore(self.config)
         counts = self.logs.refresh()
         return {app: {**counts[app], "restarts": store.restarts(app).total} for app in self.stack.apps}

@@ -29,6 +29,8 @@ from pathlib import Path
 from stream_pipelines import registry, store
 from stream_pipelines.checkpoint.format import batch_ids, kafka_offsets, read_offsets
 from stream_pipelines.config import PROJECT_ROOT, PipelineConfig, load_config, override_variables
+from stream_pipelines.devtools import hdfs
+from stream_pipelines.devtools.processes import processes_started_with, stop_processes
 from stream_pipelines.devtools.stack import migrate_airflow_db
 from stream_pipelines.registry import APP_NAMES, APPS
 
@@ -95,8 +97,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     _stop_a_previous_run()
     broker.stop()
     if config.hdfs.manage_local:
-        from stream_pipelines.devtools import hdfs
-
         hdfs.stop_for(config)
     shutil.rmtree(DEMO_ROOT, ignore_errors=True)
     with native_output_to(NATIVE_LOG):
@@ -106,8 +106,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _stop_a_previous_run() -> None:
     """An interrupted demo leaves its drivers running (spark-submit runs detached from its task); one
     that lived on would hold its app's lease in the next run. Everything a demo starts carries its root."""
-    from stream_pipelines.devtools.processes import processes_started_with, stop_processes
-
     left = stop_processes(processes_started_with("PIPELINE__PATHS__LOCAL_ROOT", str(DEMO_ROOT)))
     if left:
         say(f"stopped {left} process(es) an interrupted demo left running")
@@ -126,8 +124,6 @@ def _run(config: PipelineConfig, overrides: Sequence[str], broker) -> int:
     supervisors: dict[str, subprocess.Popen] = {}
     try:
         if config.hdfs.manage_local:
-            from stream_pipelines.devtools import hdfs
-
             say("a fresh single-node HDFS on 127.0.0.1 for the data root (the lab's layout)")
             print(f"    {hdfs.start_for(config)}")
         ensure_topics(config)
@@ -191,8 +187,6 @@ def _run(config: PipelineConfig, overrides: Sequence[str], broker) -> int:
                 os.killpg(process.pid, signal.SIGKILL)
         broker.stop()
         if config.hdfs.manage_local:
-            from stream_pipelines.devtools import hdfs
-
             hdfs.stop_for(config)
     return 0
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from stream_pipelines.airflow.nightly import START_DATE_VARIABLE
 from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
+from stream_pipelines.devtools import hdfs
 from stream_pipelines.devtools.processes import alive as _alive
 from stream_pipelines.devtools.processes import descendants, parent_pid, stop_process_group, stop_processes
 from stream_pipelines.registry import APP_NAMES
@@ -164,8 +165,6 @@ def up(config: PipelineConfig) -> int:
 
     print(LocalBroker(config).start().describe())
     if config.hdfs.manage_local:
-        from stream_pipelines.devtools import hdfs
-
         print(hdfs.start_for(config))
     for topic, outcome in ensure_topics(config).items():
         print(f"topic {topic}: {outcome}")
@@ -304,8 +303,6 @@ def down(config: PipelineConfig) -> int:
         print(f"{leftovers} process(es) left behind by Airflow tasks: stopped")
     print("broker: stopped" if LocalBroker(config).stop() else "broker: was not running")
     if config.hdfs.manage_local:
-        from stream_pipelines.devtools import hdfs
-
         print("hdfs: stopped" if hdfs.stop_for(config) else "hdfs: was not running")
     return 0
 
@@ -334,8 +331,6 @@ def status(config: PipelineConfig) -> int:
 
     print(LocalBroker(config).status().describe())
     if config.hdfs.manage_local:
-        from stream_pipelines.devtools import hdfs
-
         cluster = hdfs.for_config(config)
         print(f"hdfs: {'running' if cluster.running() else 'stopped'} ({cluster.default_fs})")
     for component in components(config):
