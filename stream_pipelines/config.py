@@ -464,7 +464,8 @@ class PipelineConfig(_Section):
         the NameNode: Spark's checkpoint manager (Hadoop's FileContext) refuses an HDFS URI without one,
         and a location spelled one way everywhere compares equal to itself."""
         default_fs = self.spark.extra_conf.get(DEFAULT_FS, "")
-        if location.startswith("hdfs:///") and default_fs.startswith("hdfs://") and len(default_fs) > 7:
+        named = urllib.parse.urlsplit(default_fs)
+        if location.startswith("hdfs:///") and named.scheme == "hdfs" and named.hostname:
             return f"{default_fs.rstrip('/')}/{location.removeprefix('hdfs:///')}"
         return location
 
@@ -522,7 +523,8 @@ class PipelineConfig(_Section):
             return self
         default_fs = self.spark.extra_conf.get(DEFAULT_FS, "")
         parsed = urllib.parse.urlsplit(default_fs)
-        if parsed.scheme != "hdfs" or parsed.hostname not in ("127.0.0.1", "localhost") or not parsed.port:
+        # 127.0.0.1 only: the NameNode binds that address, and "localhost" may resolve to ::1 first.
+        if parsed.scheme != "hdfs" or parsed.hostname != "127.0.0.1" or not parsed.port:
             raise ValueError(
                 f"hdfs.manage_local starts an HDFS on this machine, so spark.extra_conf.{DEFAULT_FS} must "
                 f"name it as hdfs://127.0.0.1:<port>, not {default_fs or '(unset)'!r}"

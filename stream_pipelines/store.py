@@ -226,7 +226,12 @@ def _keep_hdfs_clients_through_fork() -> None:
     would hang for ever. Holding the clients here keeps them alive in the child until its exec."""
     import fsspec
 
-    _HDFS_CLIENTS_AT_FORK[:] = list(fsspec.get_filesystem_class("hdfs")._cache.values())
+    # Added to, never emptied: a forked child that forks again must not drop what it inherited either.
+    # One client per NameNode and process, so this stays as small as the cache.
+    kept = {id(client) for client in _HDFS_CLIENTS_AT_FORK}
+    _HDFS_CLIENTS_AT_FORK.extend(
+        client for client in fsspec.get_filesystem_class("hdfs")._cache.values() if id(client) not in kept
+    )
 
 
 @functools.cache

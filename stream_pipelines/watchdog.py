@@ -38,6 +38,8 @@ class WatchdogSettings:
     trigger_s: float
     window_s: float
     lease_timeout_s: float
+    # How often the watchdog reads the lease (the drivers renew it as often).
+    heartbeat_s: float = 5.0
 
     @classmethod
     def of(cls, config: PipelineConfig, app: str) -> WatchdogSettings:
@@ -47,6 +49,7 @@ class WatchdogSettings:
             trigger_s=trigger_s,
             window_s=max(supervision.watchdog_triggers * trigger_s, supervision.watchdog_min_window.seconds),
             lease_timeout_s=supervision.lease_timeout.seconds,
+            heartbeat_s=supervision.heartbeat_interval.seconds,
         )
 
 
@@ -67,25 +70,23 @@ class Watchdog:
         # A heartbeat is not judged before this moment (the supervisor's clock): set after an outage.
         self._heartbeat_judged_from = float("-inf")
 
-    def look(
-        self,
-        record: LeaseRecord,
-        driver_exists: bool | None,
-        now: float | None = None,
-        store_silent_s: float = 0.0,
-    ) -> str | None:
-        """``driver_exists``: whether the lease's pid runs (None when it is on another host).
-        ``store_silent_s``: how long the store had not answered the watchdog when this read returned
-        (since its previous answer)."""
+    def store_answered(self, silent_s: float, now: float | None = None) -> bool:
+        """Told at each read of the lease that returns: the store had not answered the watchdog for
+        ``silent_s`` (since its previous answer). True when that was an outage: longer than two
+        heartbeats (a NameNode restart, S3 not answering). An outage kept the driver from renewing too,
+        and from committing: from the store's return the driver has a lease timeout to renew (a renewal
+        that waited through the outage lands with the heartbeat it was begun with), and the stall clocks
+        start again."""
         now = time.monotonic() if now is None else now
-        if store_silent_s > self.settings.lease_timeout_s:
-            # The store kept the lease from the watchdog for longer than the lease timeout (a NameNode
-            # restart, S3 not answering): it kept the driver from renewing too, so what was read says
-            # nothing about the driver. From the store's return the driver has a lease timeout to renew
-            # (a renewal that waited through the outage lands with the heartbeat it was begun with).
-            self._clocks.clear()
-            self._heartbeat_judged_from = now + self.settings.lease_timeout_s
-            return None
+        if silent_s <= 2 * self.settings.heartbeat_s:
+            return False
+        self._clocks.clear()
+        self._heartbeat_judged_from = now + self.settings.lease_timeout_s
+        return True
+
+    def look(self, record: LeaseRecord, driver_exists: bool | None, now: float | None = None) -> str | None:
+        """``driver_exists``: whether the lease's pid runs (None when it is on another host)."""
+        now = time.monotonic() if now is None else now
         if driver_exists is False:
             # A dead driver's lease (a crash, or the one before a restart that has not taken over
             # yet): nothing hangs, and the next owner's clocks start afresh.

@@ -234,13 +234,22 @@ def test_the_sensor_metadata_file_is_read_from_hdfs_as_the_workers_read_it(hdfs_
 
 
 FORK_AFTER_HDFS = """
-import subprocess, sys
+import os, subprocess, sys, time
 from stream_pipelines import store
 # The file layer's HDFS client, used and then dropped by its caller, as the demo and the nightly job do
 # before they launch Spark's JVM (pyspark forks with a preexec_fn, so Python runs in the child).
 assert store.entries(store.location(None, sys.argv[1])) is not None
 subprocess.run([sys.executable, "-c", "pass"], preexec_fn=lambda: None, check=True, timeout=30)
-print("child ran")
+print("child ran", flush=True)
+# A forked child that forks again (a worker that starts Spark) must not drop what it inherited.
+pid = os.fork()
+if pid == 0:
+    subprocess.run([sys.executable, "-c", "pass"], preexec_fn=lambda: None, check=True, timeout=30)
+    os._exit(0)
+deadline = time.monotonic() + 30
+while time.monotonic() < deadline and os.waitpid(pid, os.WNOHANG) == (0, 0):
+    time.sleep(0.1)
+print("grandchild ran" if time.monotonic() < deadline else "grandchild hung", flush=True)
 """
 
 
@@ -257,6 +266,7 @@ def test_a_process_that_used_hdfs_can_still_fork_a_child_that_runs_python(hdfs_r
         cwd=PROJECT_ROOT,
     )
     assert done.returncode == 0 and "child ran" in done.stdout, done.stderr[-3000:]
+    assert "grandchild ran" in done.stdout, done.stdout + done.stderr[-3000:]
 
 
 def test_a_write_refused_while_the_namenode_is_in_safe_mode_waits_for_it_to_leave_and_succeeds(hdfs, folder):

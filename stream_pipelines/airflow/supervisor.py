@@ -316,17 +316,17 @@ class _WatchdogThread:
                     continue
                 answered = time.monotonic()
                 silent_s, last_answer, unreadable = answered - last_answer, answered, False
-                if silent_s > self.config.supervision.lease_timeout.seconds:
+                if watchdog.store_answered(silent_s, answered):
                     log.warning(
-                        "watchdog: the store did not answer for %.0fs: %s's heartbeat is judged on the "
-                        "next look, once the driver could renew it",
+                        "watchdog: the store did not answer for %.0fs: %s's heartbeat is judged again "
+                        "once the driver has had a lease timeout to renew it",
                         silent_s,
                         app,
                     )
                 if record is None:
                     continue
                 driver_exists = process_exists(record.pid) if record.host == lease.host else None
-                verdict = watchdog.look(record, driver_exists, answered, silent_s)
+                verdict = watchdog.look(record, driver_exists, answered)
                 if verdict is not None:
                     self.busy, self.verdict = True, verdict
                     self._restart(verdict)

@@ -382,6 +382,9 @@ class Stack:
                 raise SystemExit(
                     f"chaos: {self.root} is not empty and not a chaos root; choose another --root"
                 )
+            left = LocalHdfs.attach(self.root / "hdfs")
+            if left is not None:
+                left.stop()  # a run left with --keep: its NameNode holds the ports this one reuses
             shutil.rmtree(self.root)
         self.root.mkdir(parents=True)
         (self.root / ROOT_MARKER).write_text("a private stack of `make chaos`; deleted at its next run\n")
@@ -1066,10 +1069,6 @@ def _interrupt(signum: int, _frame: object) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    # A SIGTERM (a timeout, a CI cancel) still tears the private stack down and writes what was seen.
-    signal.signal(signal.SIGTERM, _interrupt)
-    # The verification's Spark session stays on loopback, like everything else of the stack.
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     apps = tuple(a for a in args.apps.split(",") if a)
     classes = fault_classes(args.classes, args.store)
     unknown = [a for a in apps if a not in APPS] + [c for c in classes if c not in FAULT_CLASSES]
@@ -1077,6 +1076,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"chaos: unknown app or fault class: {', '.join(unknown)}")
     if args.store == "local" and STORE_FAULTS & set(classes):
         raise SystemExit("chaos: storage-outage needs a store server to stop: add --store hdfs or --store s3")
+    # A SIGTERM (a timeout, a CI cancel) still tears the private stack down and writes what was seen.
+    signal.signal(signal.SIGTERM, _interrupt)
+    # The verification's Spark session stays on loopback, like everything else of the stack.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     rng = random.Random(args.seed)
     schedule = draw_schedule(rng, args.faults, classes, apps, args.each_once)
     stack = Stack(

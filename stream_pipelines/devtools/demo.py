@@ -580,7 +580,7 @@ def _pipeline_page() -> str:
     """The page's address when the `make up` stack runs; otherwise how to get it (the demo has no UI)."""
     from stream_pipelines.devtools import stack
 
-    if stack.airflow_api_server_running(load_config("local")):
+    if stack.airflow_api_server_running(load_config()):
         return stack.pipeline_page()
     return f"{stack.pipeline_page()} once `make up` runs the stack"
 

@@ -1,10 +1,12 @@
 """The local stack behind `make up` / `make down` / `make status`.
 
-Starts, each in its own process group with a pid file and a log under ``<data_root>/stack``: the
-Kafka broker; Airflow (api-server, scheduler, dag-processor, triggerer; SQLite, LocalExecutor with
+Starts, each in its own process group with a pid file and a log under ``<local root>/stack``
+(``paths.local_root``, else the data root): the Kafka broker; the HDFS when the config manages one
+(``hdfs.manage_local``); Airflow (api-server, scheduler, dag-processor, triggerer; SQLite, LocalExecutor with
 parallelism sized for 2 cores) with the streaming DAGs unpaused; a live generator at a modest rate;
 Prometheus with the alert rules, Alertmanager and the example webhook receiver when installed.
-`down` stops every group it started (children included), then the apps' drivers, then the broker.
+`down` stops every group it started (children included), then the apps' drivers, the broker and the
+HDFS.
 """
 
 from __future__ import annotations

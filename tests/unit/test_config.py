@@ -265,3 +265,14 @@ def test_a_local_hdfs_must_be_named_on_loopback():
     )
     assert "hdfs.manage_local" in message and "hdfs://127.0.0.1:<port>" in message
     assert "hdfs.manage_local" in error_for("hdfs.manage_local=true")
+    localhost = error_for("spark.extra_conf.spark.hadoop.fs.defaultFS=hdfs://localhost:8020", env="hdfs")
+    assert "hdfs://127.0.0.1:<port>" in localhost
+
+
+def test_an_hdfs_path_is_completed_only_from_a_default_fs_that_names_a_namenode():
+    unnamed = load_config(
+        "local",
+        ["paths.data_root=hdfs:///pipeline", "spark.extra_conf.spark.hadoop.fs.defaultFS=hdfs:///"],
+        environ={},
+    )
+    assert unnamed.data_path("archive") == "hdfs:///pipeline/archive"

@@ -85,22 +85,40 @@ def test_a_stale_heartbeat_is_stuck_only_while_the_driver_still_exists():
     assert Watchdog(SETTINGS, Broker(100)).look(stale, None, now=0) is None
 
 
-def test_a_lease_the_store_kept_from_the_watchdog_past_the_lease_timeout_is_not_judged_until_seen_again():
+@pytest.mark.parametrize("outage_s", [60, 40])  # longer, and a little shorter, than the 45 s lease timeout
+def test_after_a_store_outage_the_driver_has_a_lease_timeout_to_renew_before_its_heartbeat_is_judged(
+    outage_s,
+):
     """A store outage (a NameNode restart, S3 not answering) stops the driver's renewals and the
-    watchdog's reads alike: the heartbeat read when the store answers again is old because of the store,
-    not the driver. It is judged on the next look, when the driver has had its chance to renew."""
+    watchdog's reads alike: the heartbeat read when the store answers again is old because of the store."""
+    watchdog = Watchdog(SETTINGS, Broker(high=None))  # the broker says nothing: the heartbeat alone judges
+    assert watchdog.look(record(3), True, now=0) is None
+    # The read blocked through the outage; what it returns is older than the lease timeout.
+    assert watchdog.store_answered(outage_s, now=outage_s)
+    assert watchdog.look(record(3, heartbeat_age_s=outage_s + 5), True, now=outage_s) is None
+    # The renewal that waited through the outage landed with the heartbeat it was begun with.
+    assert watchdog.look(record(3, heartbeat_age_s=outage_s + 7), True, now=outage_s + 2) is None
+    # A driver that has not renewed a lease timeout after the store's return is stuck, as ever.
+    verdict = watchdog.look(record(3, heartbeat_age_s=outage_s + 50), True, now=outage_s + 46)
+    assert verdict is not None and verdict.startswith("heartbeat "), verdict
+
+
+def test_a_read_as_slow_as_a_heartbeat_is_no_outage_and_a_stale_heartbeat_is_judged_at_once():
+    watchdog = Watchdog(SETTINGS, Broker(high=None))
+    assert not watchdog.store_answered(2 * SETTINGS.heartbeat_s, now=0)
+    verdict = watchdog.look(record(3, heartbeat_age_s=50), True, now=0)
+    assert verdict is not None and verdict.startswith("heartbeat "), verdict
+
+
+def test_a_store_outage_starts_the_stall_clocks_again():
+    """No batch can commit while the store is away: that time is not the query's stall."""
     watchdog = Watchdog(SETTINGS, Broker(high=10_000))
     assert watchdog.look(record(3, end=100), True, now=0) is None
-    # The read blocked for 60 s (> the 45 s lease timeout); what it returns is 62 s old.
-    assert watchdog.look(record(3, heartbeat_age_s=62, end=100), True, now=60, store_silent_s=60) is None
-    # The driver's renewal that waited through the outage landed with the heartbeat it was started with:
-    # from the store's return the driver has a lease timeout to renew, as it always has.
-    assert watchdog.look(record(3, heartbeat_age_s=64, end=100), True, now=62) is None
-    # The driver renewed meanwhile: fine, and the stall clock restarted with the store.
-    assert watchdog.look(record(3, heartbeat_age_s=1, end=100), True, now=65) is None
-    assert watchdog.look(record(3, heartbeat_age_s=1, end=100), True, now=120) is None
-    # The driver did not renew although the store answers: stuck, as ever.
-    assert watchdog.look(record(3, heartbeat_age_s=67, end=100), True, now=125) is not None
+    assert watchdog.store_answered(30, now=55)
+    assert watchdog.look(record(3, end=100), True, now=55) is None
+    assert watchdog.look(record(3, end=100), True, now=100) is None  # 100 s since the first look
+    verdict = watchdog.look(record(3, end=100), True, now=116)
+    assert verdict is not None and verdict.startswith(f"{QUERY}: no progress"), verdict
 
 
 def test_a_dead_drivers_lease_before_the_restart_takes_over_is_not_judged():
