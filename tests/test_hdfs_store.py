@@ -9,9 +9,11 @@ and ``stored_root`` fixtures stand in for theirs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -257,16 +259,24 @@ def test_a_process_that_used_hdfs_can_still_fork_a_child_that_runs_python(hdfs_r
     # fsspec clears its instance cache in every forked child; were that the last reference to the HDFS
     # client, its drop would wait on a runtime whose threads the child does not have, for ever.
     store.write_atomically(store.location(None, f"{hdfs_root}/marker"), "x")
-    done = subprocess.run(
+    script = subprocess.Popen(
         [sys.executable, "-c", FORK_AFTER_HDFS, hdfs_root],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=90,
-        check=False,
         cwd=PROJECT_ROOT,
+        start_new_session=True,  # a hung fork child is in the group too, and goes with it
     )
-    assert done.returncode == 0 and "child ran" in done.stdout, done.stderr[-3000:]
-    assert "grandchild ran" in done.stdout, done.stdout + done.stderr[-3000:]
+    try:
+        stdout, stderr = script.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        os.killpg(script.pid, signal.SIGKILL)
+        stdout, stderr = script.communicate()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(script.pid, signal.SIGKILL)
+    assert script.returncode == 0 and "child ran" in stdout, stdout + stderr[-3000:]
+    assert "grandchild ran" in stdout, stdout + stderr[-3000:]
 
 
 def test_a_write_refused_while_the_namenode_is_in_safe_mode_waits_for_it_to_leave_and_succeeds(hdfs, folder):
