@@ -186,10 +186,29 @@ HDFS_PASSING_REFUSALS = ("SafeModeException", "RetriableException")
 HDFS_PASSING_WAIT_S = 120.0
 
 
+# A read right after a NameNode restart, before the DataNodes have reported their blocks: the NameNode
+# knows no location for the block yet (an empty list), and a read a moment later succeeds.
+HDFS_NO_BLOCK_LOCATIONS = ("All DataNodes failed: []",)
+
+
+def _hdfs_patiently(call: Callable[[], Any], passing: tuple[str, ...]) -> Any:
+    """``call()``, repeated while HDFS fails it with one of the ``passing`` errors, for up to
+    ``HDFS_PASSING_WAIT_S``."""
+    deadline, pause = time.monotonic() + HDFS_PASSING_WAIT_S, 0.25
+    while True:
+        try:
+            return call()
+        except RuntimeError as error:
+            if not any(text in str(error) for text in passing) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 2.0)
+
+
 class _PatientHdfsClient:
     """hdfs-native's client, each call repeated while the NameNode refuses it for a passing state (see
-    ``HDFS_PASSING_REFUSALS``), for up to ``HDFS_PASSING_WAIT_S``. Without it a driver whose NameNode
-    just restarted fails to write its exit record or to release its lease."""
+    ``HDFS_PASSING_REFUSALS``). Without it a driver whose NameNode just restarted fails to write its
+    exit record or to release its lease."""
 
     def __init__(self, client: Any) -> None:
         self._client = client
@@ -201,16 +220,7 @@ class _PatientHdfsClient:
 
         @functools.wraps(attribute)
         def patiently(*args: Any, **kwargs: Any) -> Any:
-            deadline, pause = time.monotonic() + HDFS_PASSING_WAIT_S, 0.25
-            while True:
-                try:
-                    return attribute(*args, **kwargs)
-                except RuntimeError as error:
-                    passing = any(refusal in str(error) for refusal in HDFS_PASSING_REFUSALS)
-                    if not passing or time.monotonic() + pause > deadline:
-                        raise
-                time.sleep(pause)
-                pause = min(pause * 2, 2.0)
+            return _hdfs_patiently(lambda: attribute(*args, **kwargs), HDFS_PASSING_REFUSALS)
 
         return patiently
 
@@ -381,6 +391,8 @@ def read_bytes(target: Path) -> bytes:
     """The whole file. On S3 one GET: a record replaced while it is read comes back whole, old or new
     (s3fs's file object reads by ranges pinned to the ETag it saw first, and fails with FileExpired
     when a writer replaces the object in between, which the lease's renewals do every few seconds)."""
+    if on_hdfs(target):
+        return _hdfs_patiently(lambda: target.fs.cat_file(target.path), HDFS_NO_BLOCK_LOCATIONS)
     if _remote(target):
         return target.fs.cat_file(target.path)
     return target.read_bytes()

@@ -1,9 +1,9 @@
 """A single-node Apache Kafka broker in KRaft mode on 127.0.0.1, for local work and tests.
 
 Runs the Maven Central jars (infra/jvm/kafka-broker.ivy.xml) with the machine's Java. Its log lives
-under ``paths.broker`` (host-local: ``paths.local_root``, else the data root) so committed events survive a restart. Topics are created
-idempotently from config by ``stream_pipelines.topics.ensure_topics``, which production points at the
-real cluster.
+under ``paths.broker`` (host-local: ``paths.local_root``, else the data root) so committed events
+survive a restart. Topics are created idempotently from config by
+``stream_pipelines.topics.ensure_topics``, which production points at the real cluster.
 """
 
 from __future__ import annotations

@@ -74,8 +74,9 @@ from stream_pipelines.registry import APP_NAMES, APPS
 
 DEFAULT_ROOT = PROJECT_ROOT / "data" / "chaos"
 ROOT_MARKER = ".chaos-root"
-# Everything the stack starts carries its root in this variable (``paths.local_root``, handed on).
-ROOT_VARIABLE = "PIPELINE__PATHS__LOCAL_ROOT"
+# Everything a stack starts carries its root in one of these (``paths.local_root``, or a local
+# ``paths.data_root`` as the tests' stacks set it), handed on.
+ROOT_VARIABLES = ("PIPELINE__PATHS__LOCAL_ROOT", "PIPELINE__PATHS__DATA_ROOT")
 FAULT_CLASSES = (
     "driver-kill",
     "runner-kill",
@@ -147,8 +148,9 @@ def drivers_in(table: dict[int, Proc], apps: Sequence[str], root: Path | None = 
 
 
 def of_stack(pid: int, root: Path) -> bool:
-    """Whether the process runs with the stack's root in its environment (all it starts does)."""
-    return started_with(pid, ROOT_VARIABLE, str(root))
+    """Whether the process runs with the stack's root in its environment (all it starts does): as its
+    host-local root, or, on a stack that keeps everything on the local disk, as its data root."""
+    return any(started_with(pid, variable, str(root)) for variable in ROOT_VARIABLES)
 
 
 class DriverSampler:
