@@ -578,10 +578,11 @@ def _variable_key(name: str) -> str:
     """The dotted key of a ``PIPELINE__...`` variable: sections lower-cased; a property name kept as
     written, unless written all in capitals by hand (``..._EXECUTOR__MEMORY``: spark.executor.memory)."""
     section, prop = _split_property(name[len(OVERRIDE_PREFIX) :].split("__"))
-    text = ".".join(prop)
-    return ".".join(
-        [*(part.lower() for part in section), *([text.lower() if text.isupper() else text] if prop else [])]
-    )
+    keys = [part.lower() for part in section]
+    if prop:
+        written = ".".join(prop)
+        keys.append(written.lower() if written.isupper() else written)
+    return ".".join(keys)
 
 
 def load_config(
