@@ -7,7 +7,7 @@ export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(BIN)/python
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: help setup lock demo chaos test test-deps up down status standalone-start standalone-stop standalone-status hdfs-start hdfs-stop hdfs-status test-fast lint format broker-start broker-stop broker-status bench-ingest bench-streaming bench-metrics bench-reconcile bench-startup bench-batch-cost bench-stack clean
+.PHONY: help setup lock demo chaos test test-deps up down status standalone-start standalone-stop standalone-status hdfs-start hdfs-stop hdfs-status test-fast lint format broker-start broker-stop broker-status bench-ingest bench-streaming bench-metrics bench-reconcile bench-startup bench-batch-cost bench-stack bench-soak clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -94,6 +94,10 @@ bench-batch-cost: setup  ## each app's queries: per-batch time (durationMs parts
 bench-stack: setup  ## the `make up` stack on a private data root: CPU per component, kill -9 to next batch under Airflow, freshness
 	-@infra/scripts/install_test_servers.sh
 	$(BIN)/python -m stream_pipelines.devtools.benchmarks.stack_cost $(BENCH_ARGS)
+
+bench-soak: setup  ## the `make up` stack for an hour at a 1 s trigger, sampled per slice: what grows with run time, projected to 90 and 365 days
+	-@infra/scripts/install_test_servers.sh
+	$(BIN)/python -m stream_pipelines.devtools.benchmarks.soak $(BENCH_ARGS)
 
 bench-reconcile: setup  ## nightly reconciliation over one day of 10M generated raw events: rows/s, peak memory
 	$(BIN)/python -m stream_pipelines.devtools.benchmarks.reconcile $(BENCH_ARGS)

@@ -1,9 +1,15 @@
-"""Daily sweep of the streaming outputs: removes the files that their file sink's log does not list
-(left by batches that died before committing) once older than maintenance.orphan_grace, so plain
-Parquet readers (pyarrow, DuckDB, Trino) see exactly the committed rows. The task log lists every file
-removed; the record goes to reports/maintenance. Trigger with dry_run to see what would go.
+"""Daily maintenance of what the pipeline keeps, in one task:
 
-Wiring only; the task is stream_pipelines.airflow.tasks.sweep_outputs, over stream_pipelines.maintenance.
+* the sweep of the streaming outputs: removes the files that their file sink's log does not list, left
+  by batches that died before committing (once older than maintenance.orphan_grace, so plain Parquet
+  readers such as pyarrow, DuckDB or Trino see exactly the committed rows) or forgotten by the log once
+  older than the dataset's retention;
+* the rest of retention (config ``retention``): the batch log's old batches, the checkpoints a reset
+  moved aside, old maintenance records. Compliance datasets and reports are kept.
+
+The task log lists every removal; the record goes to reports/maintenance. Trigger with dry_run to see
+what would go. Wiring only; the task is stream_pipelines.airflow.tasks.maintain, over
+stream_pipelines.maintenance and stream_pipelines.retention.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from stream_pipelines.airflow.dag_defaults import DEFAULT_ARGS
 
 with DAG(
     dag_id="output_maintenance",
-    description="Remove uncommitted debris from the streaming outputs (files the sink logs do not list)",
+    description="Sweep uncommitted debris from the streaming outputs and enforce each dataset's retention",
     schedule="@daily",
     start_date=datetime(2026, 1, 1),
     catchup=False,
@@ -29,8 +35,8 @@ with DAG(
 
     @task
     def sweep_outputs(params=None) -> dict:
-        from stream_pipelines.airflow.tasks import sweep_outputs
+        from stream_pipelines.airflow.tasks import maintain
 
-        return sweep_outputs(params)
+        return maintain(params)
 
     sweep_outputs()

@@ -30,7 +30,7 @@ import sys
 from collections.abc import Sequence
 from datetime import date
 
-from stream_pipelines import data_docs_assets, maintenance
+from stream_pipelines import data_docs_assets, maintenance, retention
 from stream_pipelines.checkpoint.inspect import CheckpointError, inspect
 from stream_pipelines.checkpoint.reset import RESET_FROM, parse_offsets_argument, parse_reset_time, reset
 from stream_pipelines.config import Duration, PipelineConfig, add_config_arguments, config_or_report
@@ -126,6 +126,14 @@ def _build_parser() -> argparse.ArgumentParser:
         "--grace", default=None, help="e.g. '6 hours' (default: maintenance.orphan_grace in the config)"
     )
     outputs.add_argument("--dry-run", action="store_true", help="report what would go; remove nothing")
+
+    maintain = command(
+        "maintain",
+        _maintain,
+        "what the daily output_maintenance DAG does: the output sweep, then retention (batch log, reset "
+        "copies, records); every dataset's retention is in the config's `retention` section",
+    )
+    maintain.add_argument("--dry-run", action="store_true", help="report what would go; remove nothing")
 
     # The developer commands (local broker, generator, stack, demo) where the tooling is installed: the
     # package that ships to a cluster leaves stream_pipelines.devtools out.
@@ -301,7 +309,18 @@ def _outputs(config: PipelineConfig, args: argparse.Namespace) -> int:
         grace = Duration.parse(args.grace) if args.grace else config.maintenance.orphan_grace
     except ValueError as error:
         raise UserFacingError(f"--grace: {error}") from None
-    outcome = maintenance.sweep_and_record(config, grace.seconds, dry_run=args.dry_run)
+    return _report(maintenance.sweep_and_record(config, grace.seconds, dry_run=args.dry_run))
+
+
+def _maintain(config: PipelineConfig, args: argparse.Namespace) -> int:
+    for name, kept in retention.stated(config).items():
+        print(f"retention {name}: {kept}")
+    return _report(
+        maintenance.maintain(config, config.maintenance.orphan_grace.seconds, dry_run=args.dry_run)
+    )
+
+
+def _report(outcome: maintenance.SweepOutcome) -> int:
     for line in outcome.lines():
         print(line)
     return 0 if outcome.ok else 1

@@ -406,6 +406,44 @@ class ReconciliationSettings(_Section):
     report_ledger_rows: int = Field(1000, ge=0)
 
 
+def _retention(value: object) -> Duration | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() == KEPT):
+        return None
+    return _positive_duration(value)
+
+
+# A retention of ``forever`` (or null): kept; anything else is a duration such as '400 days'.
+KEPT = "forever"
+Retention = Annotated[
+    Duration | None,
+    BeforeValidator(_retention),
+    PlainSerializer(lambda value: KEPT if value is None else str(value)),
+]
+# Days a dataset the reconciliation reads must outlive its late horizon by: event day D's final run
+# reads arrivals from D-1 (so files written then) at D + 1 day + horizon; 2 more days let it run a day
+# late, at any hour of that day.
+RETENTION_FLOOR_DAYS = 4
+
+
+class RetentionSettings(_Section):
+    """How long each kind of data is kept; ``forever`` keeps it. Each dataset names its kind in the
+    registry (``Dataset.retention``); the daily maintenance DAG enforces them (docs/operations.md)."""
+
+    # Every event as it arrived: the compliance recompute's input.
+    archive: Retention = Duration(400 * 86400)
+    # The streaming outputs (sensor windows, ad matches, CTR): as long as their consumers need them.
+    outputs: Retention = Duration(30 * 86400)
+    quarantine: Retention = Duration(90 * 86400)
+    # The reconciled figures, the late-event ledger and the nightly reports: the compliance record.
+    compliance: Retention = None
+    reports: Retention = None
+    # Every batch's offsets and watermark, copied from the checkpoints for the reconciliation.
+    batch_log: Retention = Duration(7 * 86400)
+    # The checkpoints a reset moved aside (``<checkpoint>.reset-<time>``) and the maintenance records.
+    reset_copies: Retention = Duration(30 * 86400)
+    maintenance_records: Retention = Duration(90 * 86400)
+
+
 class MaintenanceSettings(_Section):
     # An output file that its sink's log does not list is removed once it is this old: longer than any
     # micro-batch takes to write and commit, so the files of a batch in flight are never touched.
@@ -444,6 +482,7 @@ class PipelineConfig(_Section):
     supervision: SupervisionSettings = SupervisionSettings()
     reconciliation: ReconciliationSettings = ReconciliationSettings()
     maintenance: MaintenanceSettings = MaintenanceSettings()
+    retention: RetentionSettings = RetentionSettings()
     metrics: MetricsSettings = MetricsSettings()
 
     # The folder the config was read from (handed on to drivers as --conf-dir); relative paths resolve
@@ -532,6 +571,20 @@ class PipelineConfig(_Section):
         for name in LOCAL_PATHS:
             if "://" in self.data_path(name):
                 raise ValueError(f"paths.{name}: {self.data_path(name)} must be local (set paths.local_root)")
+        return self
+
+    @model_validator(mode="after")
+    def _retention_outlives_the_reconciliation(self) -> PipelineConfig:
+        """What the reconciliation of day D reads must live until D's final run has read it."""
+        floor = Duration(self.reconciliation.late_horizon.seconds + RETENTION_FLOOR_DAYS * 86400)
+        for name in ("archive", "outputs", "batch_log"):
+            kept = getattr(self.retention, name)
+            if kept is not None and kept < floor:
+                raise ValueError(
+                    f"retention.{name} ({kept}) is shorter than reconciliation.late_horizon "
+                    f"({self.reconciliation.late_horizon}) + {RETENTION_FLOOR_DAYS} days = {floor}: the "
+                    f"final reconciliation of a day reads it until then; keep it at least {floor}"
+                )
         return self
 
     @model_validator(mode="after")

@@ -12,8 +12,17 @@ fails on a zero-byte one. The sweep, per file sink declared in the registry:
                batch still in flight, and stays
     remove     the debris (and Hadoop's ``.crc`` beside it on a local disk), then record what went
 
-It runs through the file layer, so the same code serves a local disk and s3a://. A folder whose log
-lists none of its files is refused, not emptied: that is a moved or copied folder, not debris.
+An unlisted file older than the dataset's retention is not debris but expired: the sink's log forgot
+it by its ``retention`` option (runtime.sink_log_options), and the sweep removes it as retention says,
+moving the dataset's ``_retention.json`` marker forward (retention.py). A listed file is never removed,
+however old: Spark's readers would fail on it.
+
+It runs through the file layer, so the same code serves a local disk, S3 and HDFS. A folder whose log
+lists none of its files is refused, not emptied: that is a moved or copied folder, not debris (unless
+every one of them has outlived the retention).
+
+``maintain`` is the daily run (the output_maintenance DAG, ``pipelinectl maintain``): the sweep of every
+file sink, then the rest of retention (retention.py), in one record under reports/maintenance.
 """
 
 from __future__ import annotations
@@ -22,12 +31,12 @@ import json
 import os
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from stream_pipelines import registry, store
-from stream_pipelines.batch_log import normalise_path
+from stream_pipelines import registry, retention, store
+from stream_pipelines.batch_log import normalise_path, query_log_dir
 from stream_pipelines.checkpoint import format as checkpoint_format
 
 if TYPE_CHECKING:
@@ -45,6 +54,8 @@ class SinkSweep:
     dataset: str
     location: str
     committed_files: int = 0
+    # Each removed file, with ``expired`` true for one that outlived the dataset's retention (the rest
+    # are debris of interrupted batches).
     removed: list[dict[str, Any]] = field(default_factory=list)
     # Unlisted files younger than the grace period: possibly a batch in flight, left alone.
     young: list[str] = field(default_factory=list)
@@ -54,13 +65,17 @@ class SinkSweep:
     def removed_bytes(self) -> int:
         return sum(item["bytes"] for item in self.removed)
 
+    @property
+    def expired(self) -> int:
+        return sum(1 for item in self.removed if item.get("expired"))
+
     def summary(self, verb: str = "removed") -> str:
         if self.refused:
             return f"{self.dataset}: NOT swept: {self.refused}"
         return (
             f"{self.dataset}: {self.committed_files} committed file(s) kept; {verb} {len(self.removed)} "
-            f"unlisted file(s), {self.removed_bytes} bytes; {len(self.young)} unlisted file(s) younger "
-            f"than the grace period left ({self.location})"
+            f"unlisted file(s) ({self.expired} past the dataset's retention), {self.removed_bytes} bytes; "
+            f"{len(self.young)} unlisted file(s) younger than the grace period left ({self.location})"
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -101,25 +116,93 @@ def sweep_folder(
     if not store.entries(log):
         result.refused = f"{url} has data files but no {SINK_LOG} log: not a file sink's folder"
         return result
-    committed = committed_names(checkpoint_format.sink_files(folder), url)
+    logged = checkpoint_format.sink_files(folder)
+    committed = committed_names(logged, url)
     result.committed_files = len(committed)
-    if not committed & set(listed):
+    kept_for = dataset.kept_for(config)
+
+    def expired(modified: float) -> bool:
+        return kept_for is not None and now - modified > kept_for.seconds
+
+    # A log that lists files, none of them here, belongs to another folder. A log that lists nothing has
+    # forgotten every file by its retention: the files may go only if every one of them is past it.
+    all_expired = not logged and all(expired(modified) for _, modified in listed.values())
+    if not committed & set(listed) and not all_expired:
         result.refused = (
             f"the sink's log lists none of the {len(listed)} data file(s) in {url} (it names files "
             "elsewhere): a moved or copied folder, not debris; nothing removed"
         )
         return result
+    removed_expired: list[float] = []
     for name, (size, modified) in sorted(listed.items()):
         if name in committed:
             continue
         age = now - modified
-        if age < grace_s:
+        # Debris may go once older than the grace period. A file past its retention was forgotten by the
+        # log when it next compacted; it goes once the grace period has passed since it expired, so a
+        # reader that listed the log just before is done with it.
+        if age < grace_s or (expired(modified) and kept_for is not None and age < kept_for.seconds + grace_s):
             result.young.append(name)
             continue
         if not dry_run:
             remove_data_file(folder, name)
-        result.removed.append({"file": name, "bytes": size, "age_s": round(age, 1)})
+        result.removed.append(
+            {"file": name, "bytes": size, "age_s": round(age, 1), "expired": expired(modified)}
+        )
+        if expired(modified):
+            removed_expired.append(modified)
+    if removed_expired and not dry_run:
+        retention.move_marker(
+            folder, datetime.fromtimestamp(max(removed_expired), UTC), {"retention": str(kept_for)}
+        )
     return result
+
+
+def taken_out_before(
+    config: PipelineConfig, dataset: registry.Dataset, now: float | None = None
+) -> datetime | None:
+    """The newest moment up to which retention has taken data of ``dataset`` out of its readers' view:
+    files the sweep removed (the marker), or files still on disk that the sink's log no longer lists
+    because they are past the dataset's retention (forgotten, not yet swept). None: nothing."""
+    folder = store.location(config, dataset.location(config))
+    marker = retention.removed_before(folder)
+    kept_for = dataset.kept_for(config)
+    if kept_for is None:
+        return marker
+    moment = time.time() if now is None else now
+    old = {
+        name: modified
+        for name, (_, modified) in data_files(folder).items()
+        if moment - modified > kept_for.seconds
+    }
+    if old:
+        committed = committed_names(checkpoint_format.sink_files(folder), dataset.location(config))
+        forgotten = [modified for name, modified in old.items() if name not in committed]
+        if forgotten:
+            newest = datetime.fromtimestamp(max(forgotten), UTC)
+            marker = newest if marker is None else max(marker, newest)
+    return marker
+
+
+def refuse_if_expired(config: PipelineConfig, day: date, now: float | None = None) -> None:
+    """Raise RetentionPassed when retention has taken any of what the reconciliation of ``day`` reads out
+    of its readers' view: the archive and the outputs it reconciles, and the batch logs."""
+    start = retention.inputs_start(day)
+    gone = []
+    for dataset in retention.RECONCILED_DATASETS:
+        moment = taken_out_before(config, dataset, now)
+        if moment is not None and moment > start:
+            gone.append(f"{dataset.name} (retention.{dataset.retention} {dataset.kept_for(config)})")
+    for app, query in retention.RECONCILED_QUERIES:
+        moment = retention.removed_before(query_log_dir(config, app, query))
+        if moment is not None and moment > start:
+            gone.append(f"the batch log of {app}.{query} (retention.batch_log {config.retention.batch_log})")
+    if gone:
+        raise retention.RetentionPassed(
+            f"event day {day} cannot be reconciled again: its inputs from {start:%Y-%m-%d %H:%M} UTC on "
+            f"have been removed by retention from {', '.join(gone)}; its last report stands "
+            f"({config.data_path('reports')}/reconciliation/{day})"
+        )
 
 
 def data_files(folder: Path) -> dict[str, tuple[int, float]]:
@@ -156,23 +239,41 @@ def _key(url: str) -> str:
 
 def remove_data_file(folder: Path, name: str) -> None:
     target = folder / name
-    if store.on_object_store(target):
-        target.fs.rm_file(target.path)
-        return
-    target.unlink(missing_ok=True)
-    # Hadoop's local filesystem writes a checksum beside each file; it goes with it.
-    target.with_name(f".{target.name}.crc").unlink(missing_ok=True)
+    store.remove_file(target)
+    # A partition folder the removal emptied goes too (object stores have no folders to leave behind).
+    parent = target.parent
+    while parent != folder and not store.on_object_store(parent) and _empty(parent):
+        store.remove_empty_folder(parent)
+        parent = parent.parent
 
 
-def record_sweep(config: PipelineConfig, sweeps: list[SinkSweep], grace_s: float, dry_run: bool) -> str:
-    """Write the sweep's record under ``reports/maintenance`` (an audit trail); returns its URL."""
+def _empty(folder: Path) -> bool:
+    try:
+        return not any(folder.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
+def record_sweep(
+    config: PipelineConfig,
+    sweeps: list[SinkSweep],
+    grace_s: float,
+    dry_run: bool,
+    removals: list[retention.Removal] | None = None,
+) -> str:
+    """Write the run's record under ``reports/maintenance`` (an audit trail); returns its URL."""
     moment = datetime.now(UTC)
-    url = f"{config.data_path('reports')}/maintenance/sweep-{moment.strftime('%Y%m%dT%H%M%S%fZ')}.json"
+    url = (
+        f"{config.data_path('reports')}/{retention.RECORD_FOLDER}/"
+        f"sweep-{moment.strftime('%Y%m%dT%H%M%S%fZ')}.json"
+    )
     document = {
         "swept_at": moment.isoformat(),
         "grace_s": grace_s,
         "dry_run": dry_run,
+        "retention": retention.stated(config),
         "sinks": [sweep.as_json() for sweep in sweeps],
+        "removals": [removal.as_json() for removal in removals or []],
     }
     store.write_atomically(store.location(config, url), json.dumps(document, indent=2))
     return url
@@ -180,11 +281,12 @@ def record_sweep(config: PipelineConfig, sweeps: list[SinkSweep], grace_s: float
 
 @dataclass
 class SweepOutcome:
-    """One sweep of every file sink, as recorded: what the CLI prints and the DAG task returns."""
+    """One maintenance run, as recorded: what the CLI prints and the DAG task returns."""
 
     sweeps: list[SinkSweep]
     record: str
     dry_run: bool
+    removals: list[retention.Removal] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -196,17 +298,34 @@ class SweepOutcome:
         for sweep in self.sweeps:
             lines.append(sweep.summary(verb))
             lines += [
-                f"  {verb} {item['file']} ({item['bytes']} bytes, {item['age_s']:.0f} s old)"
+                f"  {verb} {item['file']} ({item['bytes']} bytes, {item['age_s']:.0f} s old"
+                f"{', past retention' if item.get('expired') else ''})"
                 for item in sweep.removed
             ]
+        lines += [removal.summary(verb) for removal in self.removals]
         lines.append(f"record: {self.record}")
         return lines
 
     def as_json(self) -> dict[str, Any]:
-        return {"record": self.record, "dry_run": self.dry_run, "sinks": [s.as_json() for s in self.sweeps]}
+        return {
+            "record": self.record,
+            "dry_run": self.dry_run,
+            "sinks": [s.as_json() for s in self.sweeps],
+            "removals": [r.as_json() for r in self.removals],
+        }
 
 
 def sweep_and_record(config: PipelineConfig, grace_s: float, *, dry_run: bool = False) -> SweepOutcome:
-    """Sweep every file sink and write the record (the front door and the DAG both call this)."""
+    """Sweep every file sink and write the record (``pipelinectl outputs sweep``)."""
     sweeps = sweep_outputs(config, grace_s, dry_run=dry_run)
     return SweepOutcome(sweeps, record_sweep(config, sweeps, grace_s, dry_run), dry_run)
+
+
+def maintain(
+    config: PipelineConfig, grace_s: float, *, dry_run: bool = False, now: float | None = None
+) -> SweepOutcome:
+    """The daily run: sweep every file sink (debris and files past their retention), then enforce the
+    rest of retention (batch log, reset copies, records), and write one record of both."""
+    sweeps = sweep_outputs(config, grace_s, dry_run=dry_run, now=now)
+    removals = retention.enforce(config, dry_run=dry_run, now=now)
+    return SweepOutcome(sweeps, record_sweep(config, sweeps, grace_s, dry_run, removals), dry_run, removals)

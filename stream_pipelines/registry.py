@@ -42,6 +42,8 @@ _SPARK_TYPES = {
 }
 
 DayRule = Literal["event_time", "arrival_window", "partition"]
+# The ``retention`` entry (config.RetentionSettings) that says how long a dataset is kept.
+RetentionKind = Literal["archive", "outputs", "quarantine", "compliance"]
 
 
 def struct_type(ddl: str) -> StructType:
@@ -74,6 +76,11 @@ class Dataset:
     # arrival_window: arrival days D-1 .. D+late_horizon (the raw archive: events arrive late).
     day_rule: DayRule = "event_time"
     day_column: str = ""
+    retention: RetentionKind = "outputs"
+
+    def kept_for(self, config: PipelineConfig) -> Duration | None:
+        """How long the dataset's files are kept (None: forever)."""
+        return getattr(config.retention, self.retention)
 
     def location(self, config: PipelineConfig) -> str:
         base = config.data_path(self.root)
@@ -140,6 +147,7 @@ ARCHIVE = Dataset(
     partition_by=("topic", "arrival_date"),
     day_rule="arrival_window",
     day_column="arrival_date",
+    retention="archive",
 )
 SENSOR_WINDOWS = Dataset(
     "sensor_windows", "outputs", "sensor_windows", _SENSOR_WINDOW_DDL, day_column="window_start"
@@ -161,7 +169,14 @@ AD_CTR = Dataset(
     day_column="window_start",
 )
 SENSOR_QUARANTINE, AD_QUARANTINE = (
-    Dataset(f"{app}_quarantine", "quarantine", app, _QUARANTINE_DDL, day_column="kafka_timestamp")
+    Dataset(
+        f"{app}_quarantine",
+        "quarantine",
+        app,
+        _QUARANTINE_DDL,
+        day_column="kafka_timestamp",
+        retention="quarantine",
+    )
     for app in ("sensor_aggregation", "ad_matching")
 )
 COMPLIANCE_WINDOWS = Dataset(
@@ -172,6 +187,7 @@ COMPLIANCE_WINDOWS = Dataset(
     partition_by=("event_date",),
     day_rule="partition",
     day_column="event_date",
+    retention="compliance",
 )
 LATE_EVENT_LEDGER = Dataset(
     "late_event_ledger",
@@ -184,6 +200,7 @@ LATE_EVENT_LEDGER = Dataset(
     partition_by=("event_date",),
     day_rule="partition",
     day_column="event_date",
+    retention="compliance",
 )
 
 DATASETS: dict[str, Dataset] = {

@@ -333,8 +333,21 @@ def file_sink(config: PipelineConfig, query: Query, frame: DataFrame) -> StreamS
     if query.sink is None:
         raise ValueError(f"query {query.name} has no sink dataset in the registry")
     return StreamSink(
-        name=query.name, frame=frame, path=query.sink.location(config), partition_by=query.sink.partition_by
+        name=query.name,
+        frame=frame,
+        path=query.sink.location(config),
+        partition_by=query.sink.partition_by,
+        options=sink_log_options(config, query.sink),
     )
+
+
+def sink_log_options(config: PipelineConfig, dataset: registry.Dataset) -> dict[str, str]:
+    """The file sink's ``retention``: its ``_spark_metadata`` log forgets a file once it is older than the
+    dataset's retention (when it next compacts, every 10 batches), so the log lists what is kept, not all
+    that was ever written; the daily sweep then removes the file (maintenance.py). Kept forever: no
+    option, and the log lists every file."""
+    kept = dataset.kept_for(config)
+    return {} if kept is None else {"retention": f"{kept.milliseconds}ms"}
 
 
 def kafka_sink(

@@ -572,6 +572,31 @@ def remove_tree(target: Path) -> None:
     shutil.rmtree(target, ignore_errors=True)
 
 
+def remove_file(target: Path) -> None:
+    """Delete one file (and, on a local disk, the ``.crc`` checksum Hadoop writes beside it); nothing
+    happens if it does not exist."""
+    if on_object_store(target):
+        with contextlib.suppress(FileNotFoundError):
+            target.fs.rm_file(target.path)
+        return
+    target.unlink(missing_ok=True)
+    if not on_hdfs(target):
+        target.with_name(f".{target.name}.crc").unlink(missing_ok=True)
+
+
+def remove_empty_folder(target: Path) -> None:
+    """Delete a folder only if it is empty (a file written into it meanwhile keeps it); nothing happens
+    if it is gone or not empty. Object stores have no folders."""
+    if on_object_store(target):
+        return
+    if on_hdfs(target):
+        with contextlib.suppress(OSError):
+            target.fs.client.delete(target.path, False)  # non-recursive: refused while it holds a file
+        return
+    with contextlib.suppress(OSError):
+        target.rmdir()
+
+
 def entries(folder: Path) -> dict[str, tuple[int, float]]:
     """Name -> (size, modification time) of each file in a folder, in one listing (one request on S3);
     empty when the folder does not exist."""

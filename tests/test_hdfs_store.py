@@ -52,6 +52,17 @@ from tests.unit.test_lease import (  # noqa: F401
     test_renewal_moves_the_heartbeat_and_release_frees_the_app,
     test_the_lease_lives_beside_the_apps_checkpoints,
 )
+from tests.unit.test_retention import (  # noqa: F401
+    test_a_day_whose_inputs_retention_removed_is_refused_before_anything_is_read,
+    test_a_file_the_log_forgot_goes_once_past_retention_a_listed_one_never,
+    test_a_file_the_log_forgot_refuses_its_day_before_the_sweep_removes_it,
+    test_a_log_that_forgot_every_file_lets_them_go_one_naming_files_elsewhere_is_refused,
+    test_a_partition_folder_emptied_by_retention_goes_with_its_last_file,
+    test_maintenance_records_go_after_their_own_retention,
+    test_reset_copies_go_by_the_time_in_their_name_and_a_recent_one_stays,
+    test_the_batch_log_loses_its_old_batches_but_the_one_the_next_starts_from,
+    test_the_daily_run_records_each_dataset_retention_and_what_it_removed,
+)
 
 
 @pytest.fixture

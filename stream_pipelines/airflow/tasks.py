@@ -62,13 +62,13 @@ def reset_checkpoint(params: dict[str, Any]) -> str:
     return result.describe()
 
 
-def sweep_outputs(params: dict[str, Any]) -> dict[str, Any]:
-    """The output_maintenance DAG's task: the sweep of every file sink, its lines in the task log; fails
-    (not retried) when a folder was refused, which needs a person."""
+def maintain(params: dict[str, Any]) -> dict[str, Any]:
+    """The output_maintenance DAG's task: the sweep of every file sink and the rest of retention, its
+    lines in the task log; fails (not retried) when a folder was refused, which needs a person."""
     from airflow.sdk.exceptions import AirflowFailException
 
     config = task_config()
-    outcome = maintenance.sweep_and_record(
+    outcome = maintenance.maintain(
         config, config.maintenance.orphan_grace.seconds, dry_run=bool(params.get("dry_run"))
     )
     print("\n".join(outcome.lines()), flush=True)

@@ -87,8 +87,16 @@ def airflow_components(port: int = AIRFLOW_PORT) -> list[Component]:
     ]
 
 
+# The live generator's sensor readings and ad impressions per second: a modest load for two cores.
+GENERATOR_RATES = (5.0, 2.0)
+
+
 def generator_component(
-    seed: int, *, rate: float = 5, ad_rate: float = 2, duration_s: int = 86400
+    seed: int,
+    *,
+    rate: float = GENERATOR_RATES[0],
+    ad_rate: float = GENERATOR_RATES[1],
+    duration_s: int = 86400,
 ) -> Component:
     """The live generator: events stamped now, sent at the pace of event time."""
     return Component(
@@ -111,12 +119,15 @@ def generator_component(
     )
 
 
-def components(config: PipelineConfig) -> list[Component]:
+def components(
+    config: PipelineConfig, generator_rates: tuple[float, float] = GENERATOR_RATES
+) -> list[Component]:
+    rate, ad_rate = generator_rates
     found = [
         *airflow_components(),
         # Event ids are "<kind>-<seed>-<n>": a fixed seed would give a restarted stack the ids of the
         # events it already produced today, and the nightly would count them as one.
-        generator_component(int(time.time())),
+        generator_component(int(time.time()), rate=rate, ad_rate=ad_rate),
     ]
     monitoring = PROJECT_ROOT / "monitoring"
     prometheus = shutil.which("prometheus")
@@ -161,7 +172,7 @@ def recorded_pid(config: PipelineConfig, name: str) -> int | None:
         return None
 
 
-def up(config: PipelineConfig) -> int:
+def up(config: PipelineConfig, generator_rates: tuple[float, float] = GENERATOR_RATES) -> int:
     from stream_pipelines.devtools.broker import LocalBroker
     from stream_pipelines.topics import ensure_topics
 
@@ -175,7 +186,7 @@ def up(config: PipelineConfig) -> int:
     if failure:
         print(failure, file=sys.stderr)
         return 1
-    for component in components(config):
+    for component in components(config, generator_rates):
         pid = recorded_pid(config, component.name)
         if pid and _alive(pid):
             print(f"{component.name}: already running (pid {pid})")

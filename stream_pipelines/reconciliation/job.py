@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
 
-from stream_pipelines import batch_log, registry
+from stream_pipelines import batch_log, maintenance, registry, retention
 from stream_pipelines.apps.sensor_aggregation import enrich_with_metadata, tumbling_window_stats
 from stream_pipelines.config import PROJECT_ROOT, PipelineConfig, add_config_arguments, config_or_report
 from stream_pipelines.exit_codes import ExitCode
@@ -137,12 +137,14 @@ def run_reconciliation(
     fail_on_unexplained: bool = True,
     progress: Callable[[str], None] = lambda step: None,
 ) -> ReconciliationResult:
-    """Reconcile event day ``day``; raises UnexplainedDifferences (after writing the report) on failure.
+    """Reconcile event day ``day``; raises UnexplainedDifferences (after writing the report) on failure,
+    and RetentionPassed (before reading anything) when retention has removed part of the day's inputs.
 
     ``progress`` hears each step as it starts, for a log that shows where a long run is.
     """
 
     started = time.monotonic()
+    maintenance.refuse_if_expired(config, day)
     spark = spark or get_spark(config, APP)
     progress(f"reading the archive for {day.isoformat()} and the batch logs")
     inputs = load_inputs(spark, config, day)
@@ -639,7 +641,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.BAD_CONFIG
     try:
         result = run_reconciliation(config, args.date, progress=progress_printer())
-    except UnexplainedDifferences as failure:
+    except (UnexplainedDifferences, retention.RetentionPassed) as failure:
         print(f"{APP}: {failure}", file=sys.stderr)
         return ExitCode.FAILED
     print(

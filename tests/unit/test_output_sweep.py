@@ -68,7 +68,7 @@ def sweep_archive(config, grace_s: float, hours_later: float = 0.0, **options) -
 
 def rows_read_plainly(folder) -> list[int]:
     """What a reader that ignores the sink's log sees: every Parquet file in the folder."""
-    if store.on_object_store(folder):
+    if store.on_object_store(folder) or store.on_hdfs(folder):
         dataset = ds.dataset(folder.path, filesystem=folder.fs, format="parquet", partitioning="hive")
     else:
         dataset = ds.dataset(str(folder), format="parquet", partitioning="hive")

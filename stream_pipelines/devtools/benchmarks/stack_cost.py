@@ -235,6 +235,8 @@ def busy_ports(ports: Sequence[int]) -> list[int]:
     busy = []
     for port in ports:
         with socket.socket() as probe:
+            # As the servers bind (SO_REUSEADDR): a closed connection's TIME_WAIT does not stop them.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind((LOOPBACK, port))
             except OSError:
@@ -277,9 +279,14 @@ def environment_overrides(env: str | None, conf_dir: str | None, overrides: Sequ
 
 @contextlib.contextmanager
 def private_stack(
-    env: str | None, overrides: Sequence[str], conf_dir: str | None
+    env: str | None,
+    overrides: Sequence[str],
+    conf_dir: str | None,
+    generator_rates: tuple[float, float] | None = None,
 ) -> Iterator[PipelineConfig]:
     from stream_pipelines.devtools import stack
+
+    rates = generator_rates or stack.GENERATOR_RATES
 
     data_root = Path(tempfile.mkdtemp(prefix="bench_stack-"))
     private = [*overrides, *private_overrides(data_root)]
@@ -294,7 +301,7 @@ def private_stack(
                     "(is `make up` running? `make down` stops it)"
                 )
             with contextlib.redirect_stdout(sys.stderr):
-                if stack.up(config) != 0:
+                if stack.up(config, rates) != 0:
                     raise BenchmarkError(f"the stack did not start; logs under {stack.stack_dir(config)}")
             yield config
     finally:
