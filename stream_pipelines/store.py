@@ -573,15 +573,14 @@ def remove_tree(target: Path) -> None:
 
 
 def remove_file(target: Path) -> None:
-    """Delete one file (and, on a local disk, the ``.crc`` checksum Hadoop writes beside it); nothing
-    happens if it does not exist."""
+    """Delete one file (and the ``.crc`` checksum Hadoop's local filesystem writes beside it, where there
+    is one); nothing happens if it does not exist."""
     if on_object_store(target):
         with contextlib.suppress(FileNotFoundError):
             target.fs.rm_file(target.path)
         return
     target.unlink(missing_ok=True)
-    if not on_hdfs(target):
-        target.with_name(f".{target.name}.crc").unlink(missing_ok=True)
+    target.with_name(f".{target.name}.crc").unlink(missing_ok=True)
 
 
 def remove_empty_folder(target: Path) -> None:
