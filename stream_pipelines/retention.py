@@ -20,10 +20,11 @@ as does the batch log's newest entries and a live checkpoint; and the config ref
 the reconciliation's inputs shorter than its late horizon + 4 days, so a day not yet finally reconciled
 keeps its inputs.
 
-Every removal moves a marker, ``_retention.json`` in the folder it removed from, to the newest moment
-it removed data from. The reconciliation reads them (``maintenance.refuse_if_expired``, which also
-counts files a sink's log forgot and the sweep has not removed yet): a rerun of a day whose inputs are
-gone fails with the reason, instead of reporting on half a day.
+Every removal of data (from a dataset, or a query's batch log) moves a marker, ``_retention.json`` in
+that dataset's or batch log's folder, to the newest moment it removed data from. The reconciliation
+reads them (``maintenance.refuse_if_expired``, which also counts files a sink's log forgot and the
+sweep has not removed yet): a rerun of a day whose inputs are gone fails with the reason, instead of
+reporting on half a day.
 """
 
 from __future__ import annotations
@@ -98,14 +99,12 @@ class Removal:
     kept_for: str
     removed: list[dict[str, Any]] = field(default_factory=list)
     kept: int = 0
-    note: str = ""
 
     def summary(self, verb: str) -> str:
-        text = (
+        return (
             f"{self.kind}: {verb} {len(self.removed)} item(s) older than {self.kept_for}, kept {self.kept} "
             f"({self.location})"
         )
-        return f"{text}; {self.note}" if self.note else text
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
