@@ -50,7 +50,9 @@ from typing import Any
 
 from stream_pipelines import registry, store
 from stream_pipelines.checkpoint import format as checkpoint_format
-from stream_pipelines.config import PROJECT_ROOT, PipelineConfig, load_config
+from stream_pipelines.config import PROJECT_ROOT, PipelineConfig, add_config_arguments, load_config
+from stream_pipelines.control import ControlStore
+from stream_pipelines.devtools import stack
 from stream_pipelines.devtools.benchmarks.common import (
     Interrupts,
     add_results_argument,
@@ -202,8 +204,6 @@ def sink_log_figures(folder: Path) -> dict[str, Any]:
 
 def driver_jvms(config: PipelineConfig) -> dict[str, int]:
     """Each running app's driver JVM (the Java parent of its Python driver)."""
-    from stream_pipelines.control import ControlStore
-
     table = process_table()
     control = ControlStore(config)
     found = {}
@@ -491,8 +491,6 @@ def soak_overrides(trigger: str) -> list[str]:
 
 
 def run_benchmark(args: argparse.Namespace, interrupts: Interrupts) -> dict[str, Any]:
-    from stream_pipelines.devtools import stack
-
     started = time.monotonic()
     load_before = load_average()
     overrides = [*args.overrides, *soak_overrides(args.trigger)]
@@ -625,8 +623,6 @@ def format_table(results: dict[str, Any]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from stream_pipelines.config import add_config_arguments
-
     parser = benchmark_parser("stream_pipelines.devtools.benchmarks.soak", __doc__)
     parser.add_argument("--minutes", type=positive_float, default=60.0, help="length of the soak")
     parser.add_argument("--slice-minutes", type=positive_float, default=10.0, help="one sample per slice")
