@@ -171,3 +171,27 @@ def test_the_goals_stand_beside_their_figures() -> None:
     fresh = next(line for line in lines if line.startswith("freshness"))
     assert "p95 30.0s" in fresh and "above the floor 20.0s = 2.00 triggers" in fresh
     assert any("ad_matching not running at its end" in line for line in lines)
+
+
+def test_a_port_whose_closed_connection_lingers_in_time_wait_counts_as_free():
+    # The servers bind with SO_REUSEADDR; a connection the server closed first leaves TIME_WAIT, which
+    # must not make the benchmark refuse to start (it did, right after a previous run's stack stopped).
+    import socket
+
+    from stream_pipelines.devtools.benchmarks.stack_cost import busy_ports
+
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    accepted, _ = server.accept()
+    accepted.close()  # the server side closes first: its end goes to TIME_WAIT
+    client.close()
+    server.close()
+    assert busy_ports([port]) == []
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        assert busy_ports([listening.getsockname()[1]]) == [listening.getsockname()[1]]
