@@ -144,17 +144,21 @@ def sweep_folder(
         if age < grace_s or (expired(modified) and kept_for is not None and age < kept_for.seconds + grace_s):
             result.young.append(name)
             continue
-        if not dry_run:
-            remove_data_file(folder, name)
         result.removed.append(
             {"file": name, "bytes": size, "age_s": round(age, 1), "expired": expired(modified)}
         )
         if expired(modified):
             removed_expired.append(modified)
-    if removed_expired and not dry_run:
+    if dry_run:
+        return result
+    # The marker moves before the files go: a sweep killed midway leaves a marker that claims a little
+    # more than was removed (a rerun is refused), never less (a day reported on in part).
+    if removed_expired:
         retention.move_marker(
             folder, datetime.fromtimestamp(max(removed_expired), UTC), {"retention": str(kept_for)}
         )
+    for item in result.removed:
+        remove_data_file(folder, item["file"])
     return result
 
 

@@ -134,17 +134,18 @@ def prune_batch_log(config: PipelineConfig, app: str, query: str, now: float, dr
         removal.removed.append({"batch": batch, "age_s": round(now - batches[batch], 1)})
     if dry_run:
         return removal
-    for batch in going:
-        for log in ("offsets", "commits"):
-            store.remove_file(folder / log / str(batch))
-        _remove_source_entries(folder / "sources", batch)
-    # Events the anchor batch read are no longer attributable (its start offsets went with the batch
-    # before it): the data removed runs up to the anchor's own offsets.
+    # Events the anchor batch read are no longer attributable (its start offsets go with the batch
+    # before it): the data removed runs up to the anchor's own offsets. The marker moves first, so a run
+    # killed midway over-claims (a rerun is refused) and never under-claims.
     move_marker(
         folder,
         datetime.fromtimestamp(batches[anchor], UTC),
         {"through_batch": going[-1], "first_whole_batch": anchor + 1},
     )
+    for batch in going:
+        for log in ("offsets", "commits"):
+            store.remove_file(folder / log / str(batch))
+        _remove_source_entries(folder / "sources", batch)
     return removal
 
 
