@@ -1,15 +1,21 @@
-"""Daily maintenance of what the pipeline keeps, in one task:
+"""Daily maintenance of what the pipeline keeps, in two tasks:
+
+* compact_closed_days: every file sink's closed days rewritten into big files and published whole
+  (stream_pipelines.compaction, through spark-submit), so readers and the sinks' logs stay small;
+
+then sweep_outputs (run whether or not the compaction succeeded: it removes nothing a reader needs):
 
 * the sweep of the streaming outputs: removes the files that their file sink's log does not list, left
   by batches that died before committing (once older than maintenance.orphan_grace, so plain Parquet
-  readers such as pyarrow, DuckDB or Trino see exactly the committed rows) or forgotten by the log once
-  older than the dataset's retention;
+  readers such as pyarrow, DuckDB or Trino see exactly the committed rows) or forgotten by the log, once
+  every day it holds is compacted, or older than the dataset's retention; and the compacted
+  days' replaced versions and failed attempts, and days past retention;
 * the rest of retention (config ``retention``): the batch log's old batches, the checkpoints a reset
   moved aside, old maintenance records. Compliance datasets and reports are kept.
 
 The task log lists every removal; the record goes to reports/maintenance. Trigger with dry_run to see
-what would go. Wiring only; the task is stream_pipelines.airflow.tasks.maintain, over
-stream_pipelines.maintenance and stream_pipelines.retention.
+what would go. Wiring only; the tasks are stream_pipelines.airflow.tasks.compact and .maintain,
+over stream_pipelines.compaction, stream_pipelines.maintenance and stream_pipelines.retention.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from stream_pipelines.airflow.dag_defaults import DEFAULT_ARGS
 
 with DAG(
     dag_id="output_maintenance",
-    description="Sweep uncommitted debris from the streaming outputs and enforce each dataset's retention",
+    description="Compact closed days, sweep the streaming outputs' debris, enforce each dataset's retention",
     schedule="@daily",
     start_date=datetime(2026, 1, 1),
     catchup=False,
@@ -34,9 +40,15 @@ with DAG(
 ):
 
     @task
+    def compact_closed_days(params=None) -> str:
+        from stream_pipelines.airflow.tasks import compact
+
+        return compact(params)
+
+    @task(trigger_rule="all_done")
     def sweep_outputs(params=None) -> dict:
         from stream_pipelines.airflow.tasks import maintain
 
         return maintain(params)
 
-    sweep_outputs()
+    compact_closed_days() >> sweep_outputs()

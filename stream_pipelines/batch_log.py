@@ -38,7 +38,7 @@ class BatchRecord:
     batch_id: int
     # (topic, partition) -> [start, end) of the Kafka offsets this batch read.
     kafka_ranges: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
-    # Files a files-source batch read (normalised paths, see normalise_path).
+    # Files a files-source batch read (normalised paths, see checkpoint_format.normalise_path).
     files: frozenset[str] = frozenset()
     # The watermark the late-row filter used (batch N-1's), and the one emission/eviction used.
     # None when the previous batch's entry is not in the log (the recorder started late).
@@ -49,14 +49,6 @@ class BatchRecord:
 
 def query_log_dir(config: PipelineConfig, app: str, query: str) -> Path:
     return store.location(config, config.data_path("batch_log")) / app / query
-
-
-def normalise_path(path: str) -> str:
-    """One spelling for a local file path, whether Spark wrote it as file:/x, file:///x or /x."""
-    if path.startswith("file:"):
-        path = path[len("file:") :]
-        path = "/" + path.lstrip("/")
-    return path
 
 
 # --------------------------------------------------------------------------- recording
@@ -212,7 +204,9 @@ def _files_by_batch(sources: Path) -> dict[int, set[str]]:
         for _, entry in checkpoint_format.log_entries(folder):
             for item in checkpoint_format.read_file_log(entry):
                 if "path" in item and "batchId" in item:
-                    files.setdefault(int(item["batchId"]), set()).add(normalise_path(item["path"]))
+                    files.setdefault(int(item["batchId"]), set()).add(
+                        checkpoint_format.normalise_path(item["path"])
+                    )
     return files
 
 

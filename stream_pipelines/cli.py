@@ -127,6 +127,14 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     outputs.add_argument("--dry-run", action="store_true", help="report what would go; remove nothing")
 
+    compact = command(
+        "compact",
+        _compact,
+        "compact every file sink's closed days into big files (spark-submit), as the daily "
+        "output_maintenance DAG does before its sweep; settings in the config's `compaction` section",
+    )
+    compact.add_argument("--dry-run", action="store_true", help="say what would be compacted; write nothing")
+
     maintain = command(
         "maintain",
         _maintain,
@@ -301,6 +309,13 @@ def _reconcile(config: PipelineConfig, args: argparse.Namespace) -> int:
     from stream_pipelines.submit import reconcile_submit_command, submit_environment
 
     command = reconcile_submit_command(config, args.date, args.overrides)
+    return subprocess.run(command, env=submit_environment(), check=False).returncode
+
+
+def _compact(config: PipelineConfig, args: argparse.Namespace) -> int:
+    from stream_pipelines.submit import compact_submit_command, submit_environment
+
+    command = compact_submit_command(config, dry_run=args.dry_run, overrides=args.overrides)
     return subprocess.run(command, env=submit_environment(), check=False).returncode
 
 

@@ -444,6 +444,20 @@ class RetentionSettings(_Section):
     maintenance_records: Retention = Duration(90 * 86400)
 
 
+class CompactionSettings(_Section):
+    """Closed days of every file sink, rewritten into files of a target size and published whole
+    (compaction.py); a reader takes a compacted day from there, every other day through the sink's log."""
+
+    # How long a file sink's log lists a file (its ``retention`` option, unless the dataset's own is
+    # shorter). Compacted days are read from their own files, so the log need only cover the days not
+    # yet compacted: it stays this size however long the dataset is kept.
+    sink_log: PositiveDuration = Duration(7 * 86400)
+    # A day is compacted this long after nothing of it can still arrive (its end, plus the late horizon
+    # for a day of event time), so its last batches have been written.
+    settle: PositiveDuration = Duration(6 * 3600)
+    target_file_mb: int = Field(128, ge=1, le=4096)
+
+
 class MaintenanceSettings(_Section):
     # An output file that its sink's log does not list is removed once it is this old: longer than any
     # micro-batch takes to write and commit, so the files of a batch in flight are never touched.
@@ -483,6 +497,7 @@ class PipelineConfig(_Section):
     reconciliation: ReconciliationSettings = ReconciliationSettings()
     maintenance: MaintenanceSettings = MaintenanceSettings()
     retention: RetentionSettings = RetentionSettings()
+    compaction: CompactionSettings = CompactionSettings()
     metrics: MetricsSettings = MetricsSettings()
 
     # The folder the config was read from (handed on to drivers as --conf-dir); relative paths resolve
@@ -585,6 +600,15 @@ class PipelineConfig(_Section):
                     f"({self.reconciliation.late_horizon}) + {RETENTION_FLOOR_DAYS} days = {floor}: the "
                     f"final reconciliation of a day reads it until then; keep it at least {floor}"
                 )
+        # A day is compacted at its end + late horizon + settle; the log must list its files until then,
+        # with days to spare for a compaction that runs late.
+        log_floor = Duration(floor.seconds + self.compaction.settle.seconds)
+        if self.compaction.sink_log < log_floor:
+            raise ValueError(
+                f"compaction.sink_log ({self.compaction.sink_log}) is shorter than reconciliation."
+                f"late_horizon + {RETENTION_FLOOR_DAYS} days + compaction.settle = {log_floor}: a day's "
+                f"files would leave the sink's log before the day is compacted; keep it at least {log_floor}"
+            )
         return self
 
     @model_validator(mode="after")

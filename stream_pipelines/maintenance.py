@@ -28,15 +28,13 @@ file sink, then the rest of retention (retention.py), in one record under report
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote
 
-from stream_pipelines import registry, retention, store
-from stream_pipelines.batch_log import normalise_path, query_log_dir
+from stream_pipelines import compacted_days, registry, retention, store
+from stream_pipelines.batch_log import query_log_dir
 from stream_pipelines.checkpoint import format as checkpoint_format
 
 if TYPE_CHECKING:
@@ -44,7 +42,7 @@ if TYPE_CHECKING:
 
     from stream_pipelines.config import PipelineConfig
 
-SINK_LOG = "_spark_metadata"
+SINK_LOG = checkpoint_format.SINK_LOG
 
 
 @dataclass
@@ -59,6 +57,8 @@ class SinkSweep:
     removed: list[dict[str, Any]] = field(default_factory=list)
     # Unlisted files younger than the grace period: possibly a batch in flight, left alone.
     young: list[str] = field(default_factory=list)
+    # Files the log has forgotten while a unit they hold is not compacted: kept, and the run fails.
+    uncompacted: list[str] = field(default_factory=list)
     refused: str | None = None
 
     @property
@@ -76,6 +76,12 @@ class SinkSweep:
             f"{self.dataset}: {self.committed_files} committed file(s) kept; {verb} {len(self.removed)} "
             f"unlisted file(s) ({self.expired} past the dataset's retention), {self.removed_bytes} bytes; "
             f"{len(self.young)} unlisted file(s) younger than the grace period left ({self.location})"
+            + (
+                f"; {len(self.uncompacted)} file(s) KEPT that the log forgot before their days were "
+                f"compacted (readers no longer see them; first: {self.uncompacted[0]})"
+                if self.uncompacted
+                else ""
+            )
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -117,17 +123,19 @@ def sweep_folder(
         result.refused = f"{url} has data files but no {SINK_LOG} log: not a file sink's folder"
         return result
     logged = checkpoint_format.sink_files(folder)
-    committed = committed_names(logged, url)
+    committed = checkpoint_format.committed_names(logged, url)
     result.committed_files = len(committed)
     kept_for = dataset.kept_for(config)
+    log_kept = dataset.sink_log_kept(config).seconds
+    covered = compacted_days.covered(config, dataset)
 
     def expired(modified: float) -> bool:
         return kept_for is not None and now - modified > kept_for.seconds
 
     # A log that lists files, none of them here, belongs to another folder. A log that lists nothing has
     # forgotten every file by its retention: the files may go only if every one of them is past it.
-    all_expired = not logged and all(expired(modified) for _, modified in listed.values())
-    if not committed & set(listed) and not all_expired:
+    all_forgotten = not logged and all(now - modified > log_kept for _, modified in listed.values())
+    if not committed & set(listed) and not all_forgotten:
         result.refused = (
             f"the sink's log lists none of the {len(listed)} data file(s) in {url} (it names files "
             "elsewhere): a moved or copied folder, not debris; nothing removed"
@@ -138,14 +146,33 @@ def sweep_folder(
         if name in committed:
             continue
         age = now - modified
-        # Debris may go once older than the grace period. A file past its retention was forgotten by the
-        # log when it next compacted; it goes once the grace period has passed since it expired, so a
-        # reader that listed the log just before is done with it.
-        if age < grace_s or (expired(modified) and kept_for is not None and age < kept_for.seconds + grace_s):
+        # Younger than the grace period: maybe a batch in flight. Younger than the log's retention: the
+        # log would list it if a batch had committed it, so it is debris. Older: the log may have
+        # forgotten it (at its next compaction after that age); it goes once the grace period has passed
+        # since then (a reader that listed the log just before is done with it), if every unit it holds
+        # is compacted, or it is past the dataset's retention. Otherwise it is kept, and reported: its
+        # rows are out of the readers' view.
+        if age < grace_s:
             result.young.append(name)
             continue
+        gone_from_log = age > log_kept
+        if gone_from_log and age < log_kept + grace_s:
+            result.young.append(name)
+            continue
+        if gone_from_log and expired(modified) and kept_for is not None and age < kept_for.seconds + grace_s:
+            result.young.append(name)
+            continue
+        if gone_from_log and not expired(modified) and not covered.get(name):
+            result.uncompacted.append(name)
+            continue
         result.removed.append(
-            {"file": name, "bytes": size, "age_s": round(age, 1), "expired": expired(modified)}
+            {
+                "file": name,
+                "bytes": size,
+                "age_s": round(age, 1),
+                "expired": expired(modified),
+                "compacted": gone_from_log and bool(covered.get(name)) and not expired(modified),
+            }
         )
         if expired(modified):
             removed_expired.append(modified)
@@ -166,22 +193,28 @@ def taken_out_before(
     config: PipelineConfig, dataset: registry.Dataset, now: float | None = None
 ) -> datetime | None:
     """The newest moment up to which retention has taken data of ``dataset`` out of its readers' view:
-    files the sweep removed (the marker), or files still on disk that the sink's log no longer lists
-    because they are past the dataset's retention (forgotten, not yet swept). None: nothing."""
+    what it removed (the marker), and files still on disk that the sink's log no longer lists while no
+    compacted version holds their days, or that are past the dataset's retention (forgotten, not yet
+    swept). None: nothing."""
     folder = store.location(config, dataset.location(config))
     marker = retention.removed_before(folder)
     kept_for = dataset.kept_for(config)
-    if kept_for is None:
-        return marker
+    log_kept = dataset.sink_log_kept(config).seconds
     moment = time.time() if now is None else now
     old = {
-        name: modified
-        for name, (_, modified) in data_files(folder).items()
-        if moment - modified > kept_for.seconds
+        name: modified for name, (_, modified) in data_files(folder).items() if moment - modified > log_kept
     }
     if old:
-        committed = committed_names(checkpoint_format.sink_files(folder), dataset.location(config))
-        forgotten = [modified for name, modified in old.items() if name not in committed]
+        committed = checkpoint_format.committed_names(
+            checkpoint_format.sink_files(folder), dataset.location(config)
+        )
+        covered = compacted_days.covered(config, dataset)
+        forgotten = [
+            modified
+            for name, modified in old.items()
+            if name not in committed
+            and (not covered.get(name) or (kept_for is not None and moment - modified > kept_for.seconds))
+        ]
         if forgotten:
             newest = datetime.fromtimestamp(max(forgotten), UTC)
             marker = newest if marker is None else max(marker, newest)
@@ -217,28 +250,6 @@ def data_files(folder: Path) -> dict[str, tuple[int, float]]:
         for name, stat in store.tree_entries(folder).items()
         if not any(part.startswith(("_", ".")) for part in name.split("/"))
     }
-
-
-def committed_names(urls: list[str], folder_url: str) -> set[str]:
-    """The log's file URLs as names relative to the output folder (the log holds absolute URLs, as
-    Spark wrote them: ``file:/x``, ``s3a://bucket/key``, percent-encoded)."""
-    base = _key(folder_url).rstrip("/") + "/"
-    names = set()
-    for url in urls:
-        key = _key(unquote(url))
-        if key.startswith(base):
-            names.add(key[len(base) :])
-    return names
-
-
-def _key(url: str) -> str:
-    if store.scheme(url) in store.OBJECT_STORE_SCHEMES:
-        return url.split("://", 1)[1]
-    if store.scheme(url) == "hdfs":
-        # The path alone: a config's hdfs:///x (fs.defaultFS) and the log's hdfs://host:port/x are one
-        # file, and one config reaches one HDFS.
-        return "/" + url.split("://", 1)[1].partition("/")[2]
-    return os.path.abspath(normalise_path(url))
 
 
 def remove_data_file(folder: Path, name: str) -> None:
@@ -294,7 +305,7 @@ class SweepOutcome:
 
     @property
     def ok(self) -> bool:
-        return not any(sweep.refused for sweep in self.sweeps)
+        return not any(sweep.refused or sweep.uncompacted for sweep in self.sweeps)
 
     def lines(self) -> list[str]:
         verb = "would remove" if self.dry_run else "removed"
@@ -330,6 +341,10 @@ def maintain(
 ) -> SweepOutcome:
     """The daily run: sweep every file sink (debris and files past their retention), then enforce the
     rest of retention (batch log, reset copies, records), and write one record of both."""
-    sweeps = sweep_outputs(config, grace_s, dry_run=dry_run, now=now)
-    removals = retention.enforce(config, dry_run=dry_run, now=now)
+    moment = time.time() if now is None else now
+    sweeps = sweep_outputs(config, grace_s, dry_run=dry_run, now=moment)
+    removals = [
+        retention.sweep_compacted(config, dataset, grace_s, moment, dry_run) for dataset in file_sinks()
+    ]
+    removals += retention.enforce(config, dry_run=dry_run, now=moment)
     return SweepOutcome(sweeps, record_sweep(config, sweeps, grace_s, dry_run, removals), dry_run, removals)

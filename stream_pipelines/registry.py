@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from stream_pipelines.config import PROJECT_ROOT, Duration, PipelineConfig, TopicSettings
@@ -82,6 +82,13 @@ class Dataset:
         """How long the dataset's files are kept (None: forever)."""
         return getattr(config.retention, self.retention)
 
+    def sink_log_kept(self, config: PipelineConfig) -> Duration:
+        """How long its file sink's log lists a file: ``compaction.sink_log``, or the dataset's own
+        retention where that is shorter."""
+        kept = self.kept_for(config)
+        log = config.compaction.sink_log
+        return log if kept is None or log < kept else kept
+
     def location(self, config: PipelineConfig) -> str:
         base = config.data_path(self.root)
         return f"{base}/{self.folder}" if self.folder else base
@@ -99,6 +106,46 @@ class Dataset:
 
     def schema(self) -> StructType:
         return struct_type(self.ddl())
+
+    # ------------------------------------------------------------------ compaction units
+
+    def day_units(self, day: date, config: PipelineConfig) -> list[str]:
+        """The days of the dataset's own day column that can hold event day D's rows: the units it is
+        compacted in (compaction.py), one folder each."""
+        if self.day_rule == "arrival_window":
+            return arrival_dates(day, config.reconciliation.late_horizon)
+        return [day.isoformat()]
+
+    def unit_column(self) -> Column:
+        """A row's compaction unit: the UTC date of its day column (YYYY-MM-DD)."""
+        from pyspark.sql import functions as F
+
+        if self.day_rule == "event_time":
+            return F.to_date(self.day_column).cast("string")
+        return F.col(self.day_column).cast("string")
+
+    @property
+    def unit_in_path(self) -> bool:
+        """A file's unit is in its path (the day column is a partition): no need to open it to know."""
+        return self.day_column in self.partition_by
+
+    def unit_of_path(self, name: str) -> str | None:
+        """A partitioned file's unit, from its ``<day_column>=<value>`` folder (Spark escapes the value)."""
+        from urllib.parse import unquote
+
+        prefix = f"{self.day_column}="
+        for part in name.split("/")[:-1]:
+            if part.startswith(prefix):
+                return unquote(part[len(prefix) :])
+        return None
+
+    def unit_closes_at(self, unit: str, config: PipelineConfig) -> datetime:
+        """When nothing more of ``unit`` can arrive: an arrival day's end; an event day's end plus the
+        late horizon (a stream writes a day's rows until its events stop arriving)."""
+        end = datetime.combine(date.fromisoformat(unit) + timedelta(days=1), datetime.min.time(), UTC)
+        if self.day_rule == "arrival_window":
+            return end
+        return end + timedelta(seconds=config.reconciliation.late_horizon.seconds)
 
     def day_filter(self, day: date, config: PipelineConfig) -> Column:
         """The condition that selects event day D from this dataset."""

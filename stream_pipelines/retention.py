@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from stream_pipelines import registry, store
+from stream_pipelines import compacted_days, registry, store
 from stream_pipelines.batch_log import query_log_dir
 from stream_pipelines.checkpoint import format as checkpoint_format
 
@@ -196,6 +196,66 @@ def remove_old_records(config: PipelineConfig, now: float, dry_run: bool) -> Rem
         removal.removed.append({"file": name, "age_s": round(now - modified, 1)})
         if not dry_run:
             store.remove_file(folder / name)
+    return removal
+
+
+def sweep_compacted(
+    config: PipelineConfig, dataset: registry.Dataset, grace_s: float, now: float, dry_run: bool
+) -> Removal:
+    """A file sink's compacted days (compacted_days.py): a day past the dataset's retention goes whole
+    (by the end of the day, moving the dataset's marker); of the rest, a version a newer one replaced
+    goes once the grace period has passed since the newer was published (a reader that took the old
+    manifest just before is done with it), and an attempt no manifest names (a compaction that failed or
+    lost the race to publish) once it is older than the grace period."""
+    kept_for = dataset.kept_for(config)
+    removal = Removal(
+        f"compacted days of {dataset.name}",
+        compacted_days.folder_url(config, dataset),
+        str(kept_for or "forever"),
+    )
+    expired_until: datetime | None = None
+    for unit in compacted_days.units(config, dataset):
+        folder = store.location(config, compacted_days.unit_url(config, dataset, unit))
+        day_end = datetime.combine(date.fromisoformat(unit) + timedelta(days=1), datetime.min.time(), UTC)
+        if kept_for is not None and now - day_end.timestamp() > kept_for.seconds:
+            removal.removed.append({"unit": unit, "what": "the whole day, past retention"})
+            expired_until = day_end if expired_until is None else max(expired_until, day_end)
+            continue
+        removal.kept += 1
+        versions = compacted_days.versions(config, dataset, unit)
+        manifests = {
+            version: compacted_days.read_manifest(config, dataset, unit, version) for version in versions
+        }
+        newest = manifests[versions[-1]] if versions else None
+        replaced_at = datetime.fromisoformat(newest.published_at).timestamp() if newest else now
+        attempts: dict[str, float] = {}
+        for name, (_, modified) in store.tree_entries(folder).items():
+            if "/" in name:
+                attempt = name.split("/", 1)[0]
+                attempts[attempt] = max(attempts.get(attempt, 0.0), modified)
+        named = {manifest.folder: version for version, manifest in manifests.items()}
+        going: list[tuple[str | None, str | None]] = []  # (manifest name, attempt folder)
+        for version in versions[:-1]:
+            if now - replaced_at > grace_s:
+                going.append((compacted_days.manifest_name(version), manifests[version].folder))
+        for attempt, modified in attempts.items():
+            if attempt not in named and now - modified > grace_s:
+                going.append((None, attempt))
+        for manifest, attempt in going:
+            removal.removed.append({"unit": unit, "what": manifest or f"unpublished attempt {attempt}"})
+            if dry_run:
+                continue
+            if manifest:
+                store.remove_file(folder / manifest)
+            if attempt:
+                store.remove_tree(folder / attempt)
+    if dry_run or expired_until is None:
+        return removal
+    # The marker first, as everywhere: a run killed midway over-claims, never under-claims.
+    move_marker(store.location(config, dataset.location(config)), expired_until, {"retention": str(kept_for)})
+    for item in removal.removed:
+        if item["what"].startswith("the whole day"):
+            store.remove_tree(store.location(config, compacted_days.unit_url(config, dataset, item["unit"])))
     return removal
 
 

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from stream_pipelines import class_archive, jvm, registry
+from stream_pipelines import class_archive, compacted_days, jvm, registry, store
+from stream_pipelines.checkpoint import format as checkpoint_format
 from stream_pipelines.checkpoint.format import STATE_STORE_PROVIDERS
 from stream_pipelines.config import PipelineConfig, TopicSettings
 from stream_pipelines.kafka_security import SECRET_OPTIONS_PATTERN
 from stream_pipelines.parsing import RAW_SCHEMA
 from stream_pipelines.procfs import process_age_s
-from stream_pipelines.store import uses_object_store
 
 if TYPE_CHECKING:
     from datetime import date
@@ -66,7 +66,7 @@ def spark_conf(config: PipelineConfig, app: str | None = None) -> dict[str, str]
         conf["spark.pyspark.driver.python"] = sys.executable
     if "spark.jars.packages" not in settings.extra_conf:
         # The S3A connector only where the config stores something on S3: 38 more jars to load otherwise.
-        s3a = jvm.spark_s3a_jars() if uses_object_store(config) else []
+        s3a = jvm.spark_s3a_jars() if store.uses_object_store(config) else []
         conf["spark.jars"] = ",".join([*jvm.spark_kafka_jars(), *s3a])
     scratch = scratch_conf(config, app) if app is not None else {}
     conf.update(scratch)
@@ -196,42 +196,66 @@ def read_raw(
     """Raw records (RAW_SCHEMA) from Kafka or from JSON-lines files, as ``source.kind`` says."""
     if config.source.kind == "kafka":
         return _read_kafka(spark, config, topics, streaming=streaming)
-    frames = [_read_files(spark, config, topic, streaming=streaming) for topic in topics]
+    frames = [_read_source_files(spark, config, topic, streaming=streaming) for topic in topics]
     combined = frames[0]
     for frame in frames[1:]:
         combined = combined.unionByName(frame)
     return combined
 
 
-def read_parquet_or_none(spark: SparkSession, path: str) -> DataFrame | None:
-    """A Parquet dataset (a file sink's output honours its _spark_metadata), or None if there is none yet.
-
-    Existence is asked of the path's file system first: Spark's own "path does not exist" error comes
-    with a long Java stack trace in the log, which a missing output on a new deployment does not merit.
-    """
-    from pyspark.errors import AnalysisException
-
-    hadoop_path = spark._jvm.org.apache.hadoop.fs.Path(path)  # type: ignore[union-attr]
-    if not hadoop_path.getFileSystem(spark._jsc.hadoopConfiguration()).exists(hadoop_path):  # type: ignore[union-attr]
-        return None
-    try:
-        return spark.read.parquet(path)
-    except AnalysisException:
-        # A folder with nothing readable in it yet (no committed file): no data either.
-        return None
-
-
-def read_dataset(spark: SparkSession, config: PipelineConfig, dataset: registry.Dataset) -> DataFrame:
-    """A dataset's committed rows (a file sink's log honoured), or an empty frame of its schema."""
-    frame = read_parquet_or_none(spark, dataset.location(config))
-    return frame if frame is not None else spark.createDataFrame([], dataset.schema())
-
-
 def read_dataset_day(
     spark: SparkSession, config: PipelineConfig, dataset: registry.Dataset, day: date
 ) -> DataFrame:
-    """The rows of event day D, by the dataset's day rule."""
-    return read_dataset(spark, config, dataset).where(dataset.day_filter(day, config))
+    """The rows of event day D, by the dataset's day rule: each of its units (compacted_days.py) from
+    the unit's newest compacted version where there is one, and from the sink's log the files no such
+    version holds, so a unit is read from one place, whole, and never twice."""
+    location = dataset.location(config)
+    folder = store.location(config, location)
+    if not store.entries(folder / checkpoint_format.SINK_LOG):
+        # No sink's log: a folder a batch job wrote (a backfill, a copy), read whole; nothing in it is
+        # compacted (the compaction takes only what a sink's log lists).
+        plain = read_files(spark, dataset, [location], base=location) if store.tree_entries(folder) else None
+        rows = plain if plain is not None else spark.createDataFrame([], dataset.schema())
+        return rows.where(dataset.day_filter(day, config))
+    units = dataset.day_units(day, config)
+    published = compacted_days.latest_of_units(config, dataset, units)
+    compacted = {source for manifest in published.values() for source in manifest.sources}
+    pending = [
+        name
+        for name in sink_log_names(config, dataset)
+        if name not in compacted and (not dataset.unit_in_path or dataset.unit_of_path(name) in units)
+    ]
+    compacted_files = [url for manifest in published.values() for url in manifest.file_urls(config, dataset)]
+    frames = [
+        read_files(spark, dataset, compacted_files),
+        read_files(spark, dataset, [f"{location}/{name}" for name in pending], base=location),
+    ]
+    found = [frame for frame in frames if frame is not None]
+    if not found:
+        return spark.createDataFrame([], dataset.schema())
+    rows = found[0] if len(found) == 1 else found[0].unionByName(found[1])
+    return rows.where(dataset.day_filter(day, config))
+
+
+def sink_log_names(config: PipelineConfig, dataset: registry.Dataset) -> list[str]:
+    """The files a file sink's log lists, relative to its folder; none without a log."""
+    folder = store.location(config, dataset.location(config))
+    return sorted(
+        checkpoint_format.committed_names(checkpoint_format.sink_files(folder), dataset.location(config))
+    )
+
+
+def read_files(
+    spark: SparkSession, dataset: registry.Dataset, urls: list[str], *, base: str | None = None
+) -> DataFrame | None:
+    """Exactly these Parquet files, in the dataset's columns (a sink's partition columns from their
+    folders under ``base``); None for no files."""
+    if not urls:
+        return None
+    reader = spark.read.schema(dataset.schema())
+    if base is not None and dataset.partition_by:
+        reader = reader.option("basePath", base)
+    return reader.parquet(*urls).select(*dataset.column_names)
 
 
 # A consumer fetches ahead after each poll; at the end of a batch's range the broker holds that fetch
@@ -287,7 +311,7 @@ def _read_kafka(
     )
 
 
-def _read_files(
+def _read_source_files(
     spark: SparkSession, config: PipelineConfig, topic: TopicSettings, *, streaming: bool
 ) -> DataFrame:
     from pyspark.sql import functions as F
@@ -342,12 +366,12 @@ def file_sink(config: PipelineConfig, query: Query, frame: DataFrame) -> StreamS
 
 
 def sink_log_options(config: PipelineConfig, dataset: registry.Dataset) -> dict[str, str]:
-    """The file sink's ``retention``: its ``_spark_metadata`` log forgets a file once it is older than the
-    dataset's retention (when it next compacts, every 10 batches), so the log lists what is kept, not all
-    that was ever written; the daily sweep then removes the file (maintenance.py). Kept forever: no
-    option, and the log lists every file."""
-    kept = dataset.kept_for(config)
-    return {} if kept is None else {"retention": f"{kept.milliseconds}ms"}
+    """The file sink's ``retention``: its ``_spark_metadata`` log forgets a file once it is older than
+    ``Dataset.sink_log_kept`` (when it next compacts, every 10 batches), so the log lists the last days,
+    not all that was ever written. Readers take older days from their compacted files (compaction.py);
+    the daily sweep removes a forgotten file once its days are compacted or past the dataset's retention
+    (maintenance.py)."""
+    return {"retention": f"{dataset.sink_log_kept(config).milliseconds}ms"}
 
 
 def kafka_sink(

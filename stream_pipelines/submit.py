@@ -15,6 +15,7 @@ from stream_pipelines.runtime import TriggerMode, spark_conf
 
 SPARK_APPS_DIR = PROJECT_ROOT / "spark_apps"
 RECONCILE_SCRIPT = "reconcile"
+COMPACT_SCRIPT = "compact"
 
 
 def script_path(script: str) -> str:
@@ -83,6 +84,13 @@ def spark_submit_command(
 def reconcile_submit_command(config: PipelineConfig, day: date, overrides: Sequence[str] = ()) -> list[str]:
     """The nightly reconciliation of event day D (spark_apps/reconcile.py)."""
     return submit_command(config, RECONCILE_SCRIPT, ["--date", day.isoformat()], overrides)
+
+
+def compact_submit_command(
+    config: PipelineConfig, *, dry_run: bool = False, overrides: Sequence[str] = ()
+) -> list[str]:
+    """The compaction of every file sink's closed days (spark_apps/compact.py)."""
+    return submit_command(config, COMPACT_SCRIPT, ["--dry-run"] if dry_run else [], overrides)
 
 
 def submit_environment(base: dict[str, str] | None = None) -> dict[str, str]:

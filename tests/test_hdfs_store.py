@@ -31,6 +31,13 @@ from tests.unit.test_checkpoint_on_s3 import (  # noqa: F401
     test_the_preflight_refuses_a_damaged_or_incompatible_remote_checkpoint_with_the_local_message,
 )
 from tests.unit.test_checkpoint_reader import FIXTURES
+from tests.unit.test_compacted_days import (  # noqa: F401
+    test_a_day_whose_files_left_the_log_uncompacted_is_refused_by_the_reconciliation,
+    test_a_file_holding_two_days_stays_until_both_are_compacted,
+    test_a_forgotten_file_goes_once_every_day_it_holds_is_compacted_and_is_kept_loudly_until_then,
+    test_only_one_compaction_publishes_a_version,
+    test_replaced_versions_and_failed_attempts_go_after_the_grace_and_a_day_past_retention_goes_whole,
+)
 from tests.unit.test_control_store import (  # noqa: F401
     test_a_launch_whose_launcher_died_is_not_starting,
     test_an_unreadable_record_is_reported_not_a_crash,

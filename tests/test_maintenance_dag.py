@@ -1,6 +1,6 @@
 """The daily output_maintenance DAG through Airflow's own dag.test(): on a data root months into
-production (file times set into the past), it removes what has outlived its retention, keeps what is
-in use, and records both."""
+production (file times set into the past), it compacts the closed days (the compaction job, through
+spark-submit), removes what has outlived its retention, keeps what is in use, and records both."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 import time
 from datetime import UTC, datetime, timedelta
 
-from stream_pipelines import registry, retention, store
+from stream_pipelines import compacted_days, registry, retention, store
 from stream_pipelines.batch_log import parse_batch_log, query_log_dir
 from stream_pipelines.config import load_config
 from tests.conftest import start_dag_test
@@ -52,6 +52,10 @@ def test_the_dag_removes_what_outlived_its_retention_and_records_it(airflow_env,
     assert [record.batch_id for record in parse_batch_log(batches)] == [2, 3, 4]
     assert sorted(path.name for path in checkpoints.iterdir()) == ["ctr"]
     assert f"removed {OLD} (" in output and "past retention" in output
+    # Both arrival days the log lists are closed: each compacted, from its one listed file.
+    for unit in ("2026-01-01", "2026-01-02"):
+        assert f"archive {unit}: compacting 1 new file(s) into version 1" in output, output[-4000:]
+        assert compacted_days.latest(config, registry.ARCHIVE, unit).rows == 1
 
     records = store.location(config, f"{config.data_path('reports')}/maintenance")
     [record] = [json.loads((records / name).read_text()) for name in store.entries(records)]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import uuid
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -28,7 +29,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import functions as F
 
-from stream_pipelines import store
+from stream_pipelines import compacted_days, registry, store
 from stream_pipelines.apps import raw_archive, sensor_aggregation
 from stream_pipelines.batch_log import (
     BatchLogRecorder,
@@ -48,6 +49,7 @@ from stream_pipelines.reconciliation.job import (
 from stream_pipelines.reconciliation.ledger import with_batches
 from stream_pipelines.reconciliation.report import report_dir
 from stream_pipelines.registry import COMPLIANCE_WINDOWS
+from stream_pipelines.submit import compact_submit_command, submit_environment
 from tests.conftest import (
     Replay,
     create_topic,
@@ -557,7 +559,9 @@ def test_the_reconciliation_on_a_remote_store_equals_the_same_run_over_local_dat
 ):
     """The scenario through spark-submit with every stored path on S3 or HDFS: the archive,
     sensor_aggregation, their checkpoints and batch log, then the nightly job, whose ledger, verdicts
-    and compliance rows equal the local run's, and whose report names the remote inputs."""
+    and compliance rows equal the local run's, and whose report names the remote inputs. Then the day
+    compacted on the store (the compaction job, through spark-submit) and reconciled again: the same
+    rows read, the same verdicts."""
     overrides = [
         *overrides_for(
             tmp_path / "unused",
@@ -567,6 +571,9 @@ def test_the_reconciliation_on_a_remote_store_equals_the_same_run_over_local_dat
         ),
         *remote_root,
         f"paths.scratch={tmp_path}/scratch",
+        # The scenario's day is older than the outputs' and quarantines' default retention by now.
+        "retention.outputs=400 days",
+        "retention.quarantine=400 days",
     ]
     config = make_overrides_config(overrides)
     bucket_root = config.data_path("checkpoints").removesuffix("/checkpoints")
@@ -594,4 +601,24 @@ def test_the_reconciliation_on_a_remote_store_equals_the_same_run_over_local_dat
     assert {"delay_histogram.png", "what_if.png", "report.html"} <= set(store.files_under(folder))
     assert (folder / "what_if.png").read_bytes().startswith(b"\x89PNG")
     assert (folder / "report.pdf").read_bytes().startswith(b"%PDF"), remote["pdf"]
+
+    with (tmp_path / "spark-submit.log").open("ab") as output:
+        compacted = subprocess.run(
+            compact_submit_command(config, overrides=overrides),
+            env=submit_environment(),
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            timeout=600,
+        )
+    assert compacted.returncode == 0, f"the compaction failed; see {tmp_path / 'spark-submit.log'}"
+    archive_day = compacted_days.latest(config, registry.ARCHIVE, DAY.isoformat())
+    assert archive_day is not None and archive_day.rows == sum(len(b) for b in SCENARIO)
+    assert compacted_days.latest(config, registry.SENSOR_WINDOWS, DAY.isoformat()) is not None
+    run_then_reconcile([], overrides, DAY, tmp_path / "spark-submit.log")
+    again = json.loads((folder / "report.json").read_text())
+    assert {section: again[section] for section in VERDICT_SECTIONS} == {
+        section: remote[section] for section in VERDICT_SECTIONS
+    }
+    assert again["inputs"]["archive_rows_read"] == remote["inputs"]["archive_rows_read"]
+    assert compliance_rows_on_store(config) == pytest.approx(EXPECTED_COMPLIANCE)
     assert not (tmp_path / "unused").exists(), "something was written to the local data root"

@@ -64,7 +64,9 @@ def test_the_sink_log_forgets_old_files_and_the_sweep_removes_them_while_readers
     run_sink(spark, config, batches=3 * COMPACT_INTERVAL)
     folder = store.location(config, TEST_SINK.location(config))
     on_disk = maintenance.data_files(folder)
-    listed = maintenance.committed_names(checkpoint_format.sink_files(folder), TEST_SINK.location(config))
+    listed = checkpoint_format.committed_names(
+        checkpoint_format.sink_files(folder), TEST_SINK.location(config)
+    )
     forgotten = set(on_disk) - listed
     assert listed and forgotten, f"the log forgot nothing: {len(listed)} listed of {len(on_disk)} on disk"
     assert len(listed) < len(on_disk)

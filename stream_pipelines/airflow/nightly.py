@@ -72,34 +72,38 @@ def _job_line_level(line: str) -> int:
 
 
 def reconcile(day: str) -> str:
-    """spark-submit spark_apps/reconcile.py for D; a non-zero exit fails the task with the job's message.
+    """spark-submit spark_apps/reconcile.py for D; a non-zero exit fails the task with the job's message."""
+    from stream_pipelines.submit import reconcile_submit_command
 
-    The job's output goes to the task log line by line as it comes, so the UI shows progress while the
-    job runs, not all at once when it ends; each line keeps Spark's own level, so its INFO chatter does
-    not show as errors.
-    """
-    from stream_pipelines.submit import reconcile_submit_command, submit_environment
+    run_logged(
+        reconcile_submit_command(task_config(), date.fromisoformat(day)),
+        "reconcile",
+        f"reconciliation of {day}",
+    )
+    return day
 
-    config = task_config()
+
+def run_logged(command: list[str], verdict_prefix: str, what: str) -> None:
+    """Run a spark-submit job with its output in the task log line by line as it comes, so the UI shows
+    progress while the job runs, not all at once when it ends; each line keeps Spark's own level, so its
+    INFO chatter does not show as errors. A non-zero exit raises with the job's last verdict line (one
+    starting with ``<verdict_prefix>:``), else its last lines."""
+    from stream_pipelines.submit import submit_environment
+
     verdicts: list[str] = []
     last_lines: deque[str] = deque(maxlen=40)
     with subprocess.Popen(
-        reconcile_submit_command(config, date.fromisoformat(day)),
-        env=submit_environment(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+        command, env=submit_environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     ) as job:
         assert job.stdout is not None
         for line in job.stdout:
             log.log(_job_line_level(line), line.rstrip())
             last_lines.append(line.rstrip("\n"))
-            if line.startswith("reconcile:"):
+            if line.startswith(f"{verdict_prefix}:"):
                 verdicts.append(line.strip())
     if job.returncode != 0:
         detail = verdicts[-1] if verdicts else "\n".join(last_lines)
-        raise RuntimeError(f"reconciliation of {day} exited {job.returncode}: {detail}")
-    return day
+        raise RuntimeError(f"{what} exited {job.returncode}: {detail}")
 
 
 def gate_outputs(day: str) -> list[dict[str, Any]]:

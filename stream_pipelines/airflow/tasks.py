@@ -62,6 +62,17 @@ def reset_checkpoint(params: dict[str, Any]) -> str:
     return result.describe()
 
 
+def compact(params: dict[str, Any]) -> str:
+    """The output_maintenance DAG's first task: the compaction job (spark-submit), its lines in the task
+    log; fails when the job refused a sink or found a day about to leave a sink's log uncompacted."""
+    from stream_pipelines.airflow.nightly import run_logged
+    from stream_pipelines.submit import compact_submit_command
+
+    config = task_config()
+    run_logged(compact_submit_command(config, dry_run=bool(params.get("dry_run"))), "compact", "compaction")
+    return "compacted"
+
+
 def maintain(params: dict[str, Any]) -> dict[str, Any]:
     """The output_maintenance DAG's task: the sweep of every file sink and the rest of retention, its
     lines in the task log; fails (not retried) when a folder was refused, which needs a person."""

@@ -28,6 +28,7 @@ S3A writes no ``.crc`` files, so checksums are checked where Spark wrote them, o
 from __future__ import annotations
 
 import json
+import os
 import re
 import struct
 import zlib
@@ -35,6 +36,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from stream_pipelines import store
 
@@ -42,6 +44,8 @@ from stream_pipelines import store
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 PROVIDER_CLASS = "spark.sql.streaming.stateStore.providerClass"
 STATE_CODEC = "spark.sql.streaming.stateStore.compression.codec"
+# Where a file sink keeps its log, in its output folder.
+SINK_LOG = "_spark_metadata"
 # The classes runtime.spark_conf sets for config.spark.state_store (runtime imports pyspark, this must not).
 STATE_STORE_PROVIDERS = {
     "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
@@ -97,7 +101,7 @@ def log_entries(folder: Path) -> list[tuple[int, Path]]:
 
 def sink_log_latest_batch(output: Path) -> int | None:
     """The newest batch a file sink committed, from its ``_spark_metadata`` log; None without a log."""
-    return max((batch for batch, _ in log_entries(output / "_spark_metadata")), default=None)
+    return max((batch for batch, _ in log_entries(output / SINK_LOG)), default=None)
 
 
 def read_bytes(path: Path, *, lenient: bool = False) -> bytes:
@@ -300,7 +304,7 @@ def sink_files(output: Path) -> list[str]:
     """The data files a file sink has committed, as its ``_spark_metadata`` log lists them: the latest
     compacted entry (all files up to it) and every entry after it. Files in the folder that the log does
     not list are debris of interrupted batches; Spark's readers skip them and so must any other."""
-    entries = log_entries(output / "_spark_metadata")
+    entries = log_entries(output / SINK_LOG)
     compacted = [index for index, (_, entry) in enumerate(entries) if entry.name.endswith(".compact")]
     files: dict[str, bool] = {}
     for _, entry in entries[compacted[-1] if compacted else 0 :]:
@@ -308,6 +312,36 @@ def sink_files(output: Path) -> list[str]:
             if "path" in item:
                 files[item["path"]] = item.get("action", "add") != "delete"
     return sorted(path for path, kept in files.items() if kept)
+
+
+def normalise_path(path: str) -> str:
+    """One spelling for a local file path, whether Spark wrote it as file:/x, file:///x or /x."""
+    if path.startswith("file:"):
+        path = path[len("file:") :]
+        path = "/" + path.lstrip("/")
+    return path
+
+
+def committed_names(urls: list[str], folder_url: str) -> set[str]:
+    """The log's file URLs as names relative to the output folder (the log holds absolute URLs, as
+    Spark wrote them: ``file:/x``, ``s3a://bucket/key``, percent-encoded)."""
+    base = _file_key(folder_url).rstrip("/") + "/"
+    names = set()
+    for url in urls:
+        key = _file_key(unquote(url))
+        if key.startswith(base):
+            names.add(key[len(base) :])
+    return names
+
+
+def _file_key(url: str) -> str:
+    if store.scheme(url) in store.OBJECT_STORE_SCHEMES:
+        return url.split("://", 1)[1]
+    if store.scheme(url) == "hdfs":
+        # The path alone: a config's hdfs:///x (fs.defaultFS) and the log's hdfs://host:port/x are one
+        # file, and one config reaches one HDFS.
+        return "/" + url.split("://", 1)[1].partition("/")[2]
+    return os.path.abspath(normalise_path(url))
 
 
 # --------------------------------------------------------------------------- state

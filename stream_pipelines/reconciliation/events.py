@@ -101,7 +101,7 @@ def first_deliveries(frame: DataFrame) -> DataFrame:
 
 
 def normalised_path(path: F.Column) -> F.Column:
-    """The same spelling as batch_log.normalise_path: file:/x, file:///x and /x all become /x."""
+    """The same spelling as checkpoint.format.normalise_path: file:/x, file:///x and /x all become /x."""
     return F.regexp_replace(path, r"^file:/+", "/")
 
 

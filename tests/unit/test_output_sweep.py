@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from stream_pipelines import cli, maintenance, registry, store
+from stream_pipelines.checkpoint import format as checkpoint_format
 from stream_pipelines.config import load_config
 
 DAY_FOLDER = "topic=sensors/arrival_date=2026-01-01"
@@ -178,7 +179,7 @@ def test_on_hdfs_a_logged_url_names_its_file_however_the_folder_spells_the_namen
         "hdfs://127.0.0.1:8020/pipeline/archive/topic=odd%253Aname/part-00001.parquet",
         "hdfs://127.0.0.1:8020/pipeline/elsewhere/part-00002.parquet",
     ]
-    assert maintenance.committed_names(logged, folder) == {
+    assert checkpoint_format.committed_names(logged, folder) == {
         "topic=sensors/part-00000.parquet",
         "topic=odd%3Aname/part-00001.parquet",
     }

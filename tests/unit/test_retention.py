@@ -53,14 +53,23 @@ def test_a_retention_shorter_than_the_reconciliation_needs_is_refused_naming_the
     assert kept.retention.archive is None and registry.ARCHIVE.kept_for(kept) is None
 
 
-def test_a_file_sink_is_told_its_dataset_retention_and_a_kept_one_is_not():
+def test_a_file_sinks_log_keeps_the_compaction_window_or_the_datasets_retention_if_shorter():
     from stream_pipelines.runtime import sink_log_options
 
     config = load_config("local", environ={})
-    assert sink_log_options(config, registry.ARCHIVE) == {"retention": f"{400 * 86400 * 1000}ms"}
-    assert sink_log_options(config, registry.COMPLIANCE_WINDOWS) == {}
+    week = f"{7 * 86400 * 1000}ms"
+    assert sink_log_options(config, registry.ARCHIVE) == {"retention": week}
+    assert sink_log_options(config, registry.SENSOR_WINDOWS) == {"retention": week}
     forever = load_config("local", ["retention.archive=forever"], environ={})
-    assert sink_log_options(forever, registry.ARCHIVE) == {}
+    assert sink_log_options(forever, registry.ARCHIVE) == {"retention": week}
+    short = load_config("local", ["retention.outputs=156 hours"], environ={})
+    assert sink_log_options(short, registry.AD_MATCHES) == {"retention": f"{int(6.5 * 86400 * 1000)}ms"}
+
+
+def test_a_sink_log_shorter_than_a_day_takes_to_close_and_settle_is_refused_naming_the_key():
+    with pytest.raises(ConfigError, match=r"compaction\.sink_log \(5 days\) .* at least 150 hours"):
+        load_config("local", ["compaction.sink_log=5 days"], environ={})
+    assert load_config("local", ["compaction.sink_log=150 hours"], environ={}).compaction.sink_log
 
 
 def written_at(folder, name: str) -> float:

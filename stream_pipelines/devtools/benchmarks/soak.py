@@ -34,6 +34,7 @@ Everything the run started is stopped and its data root deleted, however it ends
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import re
 import statistics
@@ -50,7 +51,13 @@ from typing import Any
 
 from stream_pipelines import registry, store
 from stream_pipelines.checkpoint import format as checkpoint_format
-from stream_pipelines.config import PROJECT_ROOT, PipelineConfig, add_config_arguments, load_config
+from stream_pipelines.config import (
+    PROJECT_ROOT,
+    Duration,
+    PipelineConfig,
+    add_config_arguments,
+    load_config,
+)
 from stream_pipelines.control import ControlStore
 from stream_pipelines.devtools import stack
 from stream_pipelines.devtools.benchmarks.common import (
@@ -373,6 +380,15 @@ class Series:
     data: bool = False
 
 
+def _sink_log_kept(spark_query: str, config: PipelineConfig) -> Duration | None:
+    """How long the log of the file sink ``spark_query`` writes lists a file (None: no file sink)."""
+    for app in registry.APPS.values():
+        for query in app.queries:
+            if query.sink is not None and registry.spark_query_name(app.name, query.name) == spark_query:
+                return query.sink.sink_log_kept(config)
+    return None
+
+
 def _sink_query(dataset: str) -> str:
     for app in registry.APPS.values():
         for query in app.queries:
@@ -396,21 +412,28 @@ def figure_series(slices: Sequence[Mapping[str, Any]], config: PipelineConfig) -
         batches = {query: figures["committed_total"] for query, figures in sample["queries"].items()}
         overall = statistics.median(batches.values())
         for query, figures in sample["queries"].items():
+            # A batch that rewrites its sink's log takes longer as the log grows: its log's retention
+            # bounds it.
+            listed = _sink_log_kept(query, config)
             for key in QUERY_FIGURES:
                 if figures.get(key) is not None:
-                    add(f"{query} {key.replace('_', ' ')}", batches[query], figures[key])
+                    kept = listed if key == "compacting_p50_s" else None
+                    add(f"{query} {key.replace('_', ' ')}", batches[query], figures[key], kept)
         for app, figures in sample["drivers"].items():
             first = registry.spark_query_name(app, registry.APPS[app].queries[0].name)
             for key in ("rss_bytes", "heap_used_bytes", "old_used_bytes", "metric_series"):
                 add(f"{app} driver {key.replace('_', ' ')}", batches[first], figures.get(key))
         for dataset, figures in sample["datasets"].items():
             kept = registry.DATASETS[dataset].kept_for(config)
+            # The sink's small files, and its log, last until their days are compacted and the log
+            # forgets them (compaction.sink_log); the compacted days, a few files each, are not counted.
+            listed = registry.DATASETS[dataset].sink_log_kept(config)
             done = batches[_sink_query(dataset)]
-            add(f"{dataset} dataset files", done, figures["files"], kept, data=True)
+            add(f"{dataset} dataset files", done, figures["files"], listed, data=True)
             add(f"{dataset} dataset bytes", done, figures["bytes"], kept, data=True)
             for key, value in figures["sink_log"].items():
-                # How long one read of the log takes grows with what it lists, which retention bounds.
-                add(f"{dataset} sink log {key.replace('_', ' ')}", done, value, kept)
+                # How long one read of the log takes grows with what it lists, which its retention bounds.
+                add(f"{dataset} sink log {key.replace('_', ' ')}", done, value, listed)
         add("batch log files", overall, sample["batch_log"]["files"], config.retention.batch_log)
         add("batch log bytes", overall, sample["batch_log"]["bytes"], config.retention.batch_log)
         if sample.get("nightly_s") is not None:
@@ -638,13 +661,31 @@ def build_parser() -> argparse.ArgumentParser:
         default=True,
         help="time the nightly reconciliation of today after the first and the last slice",
     )
+    parser.add_argument(
+        "--reproject",
+        type=Path,
+        default=None,
+        metavar="RESULTS_JSON",
+        help="run nothing: project a saved run's slices again under this config's retention and print it",
+    )
     add_results_argument(parser, DEFAULT_OUT)
     add_config_arguments(parser)
     return parser
 
 
+def reproject(path: Path, config: PipelineConfig) -> str:
+    """A saved run's table, its trends fitted again under ``config`` (its retention and compaction)."""
+    results = json.loads(path.read_text())
+    per_day = SECONDS_PER_DAY / results["default_trigger_s"]
+    results["trends"] = trends(results["slices"], config, per_day, results.get("warmup_slices", 1))
+    return format_table(results)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.reproject is not None:
+        print(reproject(args.reproject, load_config(args.env, list(args.overrides), conf_dir=args.conf_dir)))
+        return 0
     if args.minutes / args.slice_minutes < args.warmup_slices + 2:
         raise SystemExit(
             f"--minutes {args.minutes:g} gives fewer than {args.warmup_slices + 2} slices of "

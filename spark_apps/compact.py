@@ -1,0 +1,8 @@
+"""spark-submit entry point; the job lives in stream_pipelines.compaction."""
+
+import sys
+
+from stream_pipelines.compaction import main
+
+if __name__ == "__main__":
+    sys.exit(main())
