@@ -30,7 +30,7 @@ test-deps:  ## servers the tests start that come from Debian: prometheus and pro
 test: setup test-deps  ## the whole test suite (real broker, real Spark, real Prometheus)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
-test-fast: setup  ## the unit tier only: no JVM, no broker, no Airflow (under a minute)
+test-fast: setup  ## the unit tier only: no JVM, no broker, no Airflow (about a minute)
 	$(BIN)/python -m pytest -q tests/unit $(PYTEST_ARGS)
 
 lint: setup  ## ruff over everything

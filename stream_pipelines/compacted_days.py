@@ -19,9 +19,11 @@ Only the store layer is used: the same code serves a local disk, S3 and HDFS.
 from __future__ import annotations
 
 import json
+import math
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from stream_pipelines import store
@@ -122,13 +124,33 @@ def publish(config: PipelineConfig, dataset: Dataset, manifest: Manifest) -> boo
     return store.create_exclusive(target, json.dumps(document, indent=1)) is not None
 
 
-def newest_versions(config: PipelineConfig, dataset: Dataset) -> dict[str, Manifest]:
-    """Every published unit's newest version."""
-    found = {unit: latest(config, dataset, unit) for unit in units(config, dataset)}
-    return {unit: manifest for unit, manifest in found.items() if manifest is not None}
+def candidate_units(config: PipelineConfig, dataset: Dataset, name: str, modified: float) -> set[str]:
+    """The units a sink file written at ``modified`` can hold rows of: a partitioned sink's from its
+    path; the others', the days from the late horizon before it was written to the day after (a row
+    stamped outside them, by a clock far off, is not found, so its file counts as not compacted)."""
+    if dataset.unit_in_path:
+        unit = dataset.unit_of_path(name)
+        return {unit} if unit else set()
+    written = datetime.fromtimestamp(modified, UTC).date()
+    reach = math.ceil(config.reconciliation.late_horizon.seconds / 86400) + 2
+    return {(written - timedelta(days=back)).isoformat() for back in range(-1, reach + 1)}
 
 
-def claimed_units(newest: dict[str, Manifest]) -> dict[str, list[str]]:
+def newest_near(config: PipelineConfig, dataset: Dataset, files: Mapping[str, float]) -> dict[str, Manifest]:
+    """The newest version of every unit the given sink files (name -> modified) can hold rows of: what
+    the readers, the compaction and the sweep need to know about those files, and no more (a dataset
+    kept 400 days has 400 units, each naming tens of thousands of files)."""
+    wanted: set[str] = set()
+    for name, modified in files.items():
+        wanted |= candidate_units(config, dataset, name, modified)
+    newest = latest_of_units(config, dataset, sorted(wanted))
+    # And every other unit a manifest says one of these files holds, to know whether it is covered.
+    claimed = claimed_units(newest)
+    more = {unit for name in files for unit in claimed.get(name, ())} - wanted
+    return {**newest, **latest_of_units(config, dataset, sorted(more))}
+
+
+def claimed_units(newest: Mapping[str, Manifest]) -> dict[str, list[str]]:
     """Sink file -> the units it holds rows of, as the manifests that name it record them."""
     claimed: dict[str, list[str]] = {}
     for manifest in newest.values():
@@ -136,11 +158,10 @@ def claimed_units(newest: dict[str, Manifest]) -> dict[str, list[str]]:
     return claimed
 
 
-def covered(config: PipelineConfig, dataset: Dataset) -> dict[str, bool]:
-    """Sink file -> whether the newest version of every unit it holds rows of names it: a file for
-    which this is true is read from compacted files only, so it may leave the sink's folder once its log
-    has forgotten it. Files no manifest names are absent."""
-    newest = newest_versions(config, dataset)
+def covered(newest: Mapping[str, Manifest]) -> dict[str, bool]:
+    """Sink file -> whether the newest version of every unit it holds rows of names it (of the units in
+    ``newest``): a file for which this is true is read from compacted files only, so it may leave the
+    sink's folder once its log has forgotten it. Files no manifest names are absent."""
     return {
         source: all(unit in newest and source in newest[unit].sources for unit in held)
         for source, held in claimed_units(newest).items()

@@ -20,10 +20,10 @@ files stay until the output sweep removes them: once the log has forgotten them 
 is compacted (maintenance.py). The job never writes where the streaming sink writes, so it needs no
 coordination with a running stream on any store.
 
-Refused, for a person to look at: a sink with files its log has forgotten (older than its log's
-retention) that no compacted version holds: their rows have left the readers' view. Reported as at
-risk (the run fails): a listed file that will leave the log within ``AT_RISK_MARGIN`` while a unit it
-holds is not compacted.
+Reported, and the run fails once every sink is done, for a person to look at: files the log has
+forgotten that no compacted version holds (their rows have left the readers' view; the sweep keeps
+them); a listed file that will leave the log within ``AT_RISK_MARGIN`` while a unit it holds is not
+compacted; a sink whose compaction raised (the others go on).
 """
 
 from __future__ import annotations
@@ -95,20 +95,32 @@ class DatasetCompaction:
     # Units not closed yet (their files stay listed until they are).
     open_units: list[str] = field(default_factory=list)
     at_risk: list[str] = field(default_factory=list)
-    refused: str | None = None
+    # Files that left the sink's log before a compacted version held them (docs/operations.md).
+    lost: list[str] = field(default_factory=list)
+    # Why the dataset's compaction stopped (an error), if it did.
+    failed: str | None = None
 
     @property
     def ok(self) -> bool:
-        return self.refused is None and not self.at_risk
+        return self.failed is None and not self.at_risk and not self.lost
+
+    def problems(self) -> list[str]:
+        found = [f"FAILED: {self.failed}"] if self.failed else []
+        if self.lost:
+            found.append(
+                f"LOST FROM VIEW: {len(self.lost)} file(s) left the sink's log before a compacted version "
+                f"held their days (first: {self.lost[0]}); readers no longer see their rows, and the "
+                "reconciliation refuses their days: see docs/operations.md#compaction"
+            )
+        return found + [f"AT RISK: {risk}" for risk in self.at_risk]
 
     def lines(self) -> list[str]:
-        if self.refused:
-            return [f"{self.dataset}: NOT compacted: {self.refused}"]
         head = (
-            f"{self.dataset}: {self.listed_files} file(s) in the sink's log; {len(self.units)} unit(s) to "
-            f"compact, {self.up_to_date} compacted already, {len(self.open_units)} not closed yet"
+            f"{self.dataset}: {self.listed_files} file(s) in the sink's log; {len(self.units)} unit(s) "
+            f"compacted or to compact, {self.up_to_date} compacted already, {len(self.open_units)} not "
+            "closed yet"
         )
-        return [head, *(unit.summary() for unit in self.units), *(f"  AT RISK: {r}" for r in self.at_risk)]
+        return [head, *(unit.summary() for unit in self.units), *(f"  {p}" for p in self.problems())]
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -127,7 +139,10 @@ def compact(
     moment = time.time() if now is None else now
     results = []
     for dataset in datasets or maintenance.file_sinks():
-        result = compact_dataset(spark, config, dataset, moment, dry_run, progress)
+        try:
+            result = compact_dataset(spark, config, dataset, moment, dry_run, progress)
+        except Exception as error:  # one sink's failure must not stop the others
+            result = DatasetCompaction(dataset.name, failed=f"{type(error).__name__}: {error}")
         for line in result.lines():
             progress(line)
         results.append(result)
@@ -147,26 +162,14 @@ def compact_dataset(
     on_disk = maintenance.data_files(store.location(config, dataset.location(config)))
     listed = sink_log_names(config, dataset)
     result.listed_files = len(listed)
-    covered = compacted_days.covered(config, dataset)
-    log_kept = dataset.sink_log_kept(config).seconds
-    kept_for = dataset.kept_for(config)
-    lost = [
-        name
-        for name, (_, modified) in on_disk.items()
-        if name not in listed
-        and now - modified > log_kept
-        and not covered.get(name)
-        and (kept_for is None or now - modified <= kept_for.seconds)
-    ]
-    if lost:
-        result.refused = (
-            f"{len(lost)} file(s) left the sink's log ({dataset.sink_log_kept(config)}) before a compacted "
-            f"version held their days (first: {sorted(lost)[0]}), so readers no longer see those rows; "
-            "see docs/operations.md#compaction"
-        )
-        return result
+    # Files that left the log before a compacted version held them: reported (the run fails), and the
+    # other files compacted as usual; readers lost those rows already, a compaction loses nothing more.
+    result.lost = maintenance.forgotten_files(config, dataset, on_disk, set(listed), now).uncompacted()
+    # The earliest the log can forget a file (a raised compaction.sink_log reaches a sink at its restart).
+    leaves_after = maintenance.left_the_log_after(config, dataset)
     # A file a compacted version names has its units in that manifest: only the others are read.
-    known = compacted_days.claimed_units(compacted_days.newest_versions(config, dataset))
+    written = {name: on_disk[name][1] for name in listed if name in on_disk}
+    known = compacted_days.claimed_units(compacted_days.newest_near(config, dataset, written))
     unknown = [name for name in listed if name not in known]
     units_of = {name: known[name] for name in listed if name in known}
     units_of.update(file_units(spark, config, dataset, unknown, on_disk))
@@ -182,7 +185,7 @@ def compact_dataset(
         if now < closes:
             result.open_units.append(unit)
             continue
-        if kept_for is not None and now - dataset.unit_closes_at(unit, config).timestamp() > kept_for.seconds:
+        if dataset.unit_expired(unit, config, now):
             continue  # past the dataset's retention: the sweep removes it, nothing to keep compact
         previous = compacted_days.latest(config, dataset, unit)
         new = sorted(name for name in names if previous is None or name not in previous.sources)
@@ -198,11 +201,11 @@ def compact_dataset(
         result.units.append(compaction)
 
     # summarize: listed files about to leave the log with a unit not compacted
-    covered = compacted_days.covered(config, dataset)
+    covered = compacted_days.covered(compacted_days.newest_near(config, dataset, written))
     for name in listed:
         modified = on_disk.get(name, (0, now))[1]
-        if now - modified > log_kept - AT_RISK_MARGIN.total_seconds() and not covered.get(name):
-            leaves = datetime.fromtimestamp(modified + log_kept, UTC)
+        if now - modified > leaves_after - AT_RISK_MARGIN.total_seconds() and not covered.get(name):
+            leaves = datetime.fromtimestamp(modified + leaves_after, UTC)
             result.at_risk.append(
                 f"{name} (units {', '.join(units_of.get(name, [])) or 'unknown'}) leaves the sink's log "
                 f"at {leaves:%Y-%m-%d %H:%M} UTC and is not compacted"
@@ -275,8 +278,8 @@ def compact_unit(
 
     written = {
         name: size
-        for name, (size, _) in store.entries(store.location(config, attempt_url)).items()
-        if name.endswith(".parquet") and not name.startswith(("_", "."))
+        for name, (size, _) in maintenance.data_files(store.location(config, attempt_url)).items()
+        if name.endswith(".parquet")
     }
     back = read_files(spark, dataset, [f"{attempt_url}/{name}" for name in sorted(written)])
     got = row_digest(back) if back is not None else (0, "0")
@@ -327,12 +330,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if config is None:
         return ExitCode.BAD_CONFIG
     spark = get_spark(config, APP)
-    try:
-        results = compact(spark, config, dry_run=args.dry_run, progress=lambda line: print(line, flush=True))
-    except CompactionMismatch as error:
-        print(f"{APP}: {error}", file=sys.stderr)
-        return ExitCode.FAILED
+    results = compact(spark, config, dry_run=args.dry_run, progress=lambda line: print(line, flush=True))
     failed = [result for result in results if not result.ok]
     for result in failed:
-        print(f"{APP}: {result.dataset}: {result.refused or '; '.join(result.at_risk)}", file=sys.stderr)
+        print(f"{APP}: {result.dataset}: {'; '.join(result.problems())}", file=sys.stderr)
     return ExitCode.FAILED if failed else ExitCode.OK

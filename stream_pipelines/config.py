@@ -588,6 +588,16 @@ class PipelineConfig(_Section):
                 raise ValueError(f"paths.{name}: {self.data_path(name)} must be local (set paths.local_root)")
         return self
 
+    def sink_log_floor(self) -> Duration:
+        """The shortest ``compaction.sink_log`` the config takes: a day is compacted at its end + the late
+        horizon + settle, and its files must stay listed until then, with days to spare for a compaction
+        that runs late."""
+        return Duration(
+            self.reconciliation.late_horizon.seconds
+            + RETENTION_FLOOR_DAYS * 86400
+            + self.compaction.settle.seconds
+        )
+
     @model_validator(mode="after")
     def _retention_outlives_the_reconciliation(self) -> PipelineConfig:
         """What the reconciliation of day D reads must live until D's final run has read it."""
@@ -600,9 +610,7 @@ class PipelineConfig(_Section):
                     f"({self.reconciliation.late_horizon}) + {RETENTION_FLOOR_DAYS} days = {floor}: the "
                     f"final reconciliation of a day reads it until then; keep it at least {floor}"
                 )
-        # A day is compacted at its end + late horizon + settle; the log must list its files until then,
-        # with days to spare for a compaction that runs late.
-        log_floor = Duration(floor.seconds + self.compaction.settle.seconds)
+        log_floor = self.sink_log_floor()
         if self.compaction.sink_log < log_floor:
             raise ValueError(
                 f"compaction.sink_log ({self.compaction.sink_log}) is shorter than reconciliation."

@@ -12,17 +12,20 @@ fails on a zero-byte one. The sweep, per file sink declared in the registry:
                batch still in flight, and stays
     remove     the debris (and Hadoop's ``.crc`` beside it on a local disk), then record what went
 
-An unlisted file older than the dataset's retention is not debris but expired: the sink's log forgot
-it by its ``retention`` option (runtime.sink_log_options), and the sweep removes it as retention says,
-moving the dataset's ``_retention.json`` marker forward (retention.py). A listed file is never removed,
-however old: Spark's readers would fail on it.
+An unlisted file older than the shortest retention the sink's log can have run with
+(``left_the_log_after``) may be one the log listed and forgot (its ``retention`` option,
+runtime.sink_log_options), not debris. It goes once every day it holds is compacted (compaction.py), or
+once it is past the dataset's retention (moving the dataset's ``_retention.json`` marker forward,
+retention.py); otherwise it is kept and reported, since readers no longer see its rows. A listed file
+is never removed, however old: Spark's readers would fail on it.
 
 It runs through the file layer, so the same code serves a local disk, S3 and HDFS. A folder whose log
 lists none of its files is refused, not emptied: that is a moved or copied folder, not debris (unless
-every one of them has outlived the retention).
+every one of them is old enough for the log to have forgotten it).
 
 ``maintain`` is the daily run (the output_maintenance DAG, ``pipelinectl maintain``): the sweep of every
-file sink, then the rest of retention (retention.py), in one record under reports/maintenance.
+file sink, then of their compacted days, then the rest of retention (retention.py), in one record under
+reports/maintenance.
 """
 
 from __future__ import annotations
@@ -125,16 +128,11 @@ def sweep_folder(
     logged = checkpoint_format.sink_files(folder)
     committed = checkpoint_format.committed_names(logged, url)
     result.committed_files = len(committed)
-    kept_for = dataset.kept_for(config)
-    log_kept = dataset.sink_log_kept(config).seconds
-    covered = compacted_days.covered(config, dataset)
-
-    def expired(modified: float) -> bool:
-        return kept_for is not None and now - modified > kept_for.seconds
+    forgotten = forgotten_files(config, dataset, listed, committed, now)
 
     # A log that lists files, none of them here, belongs to another folder. A log that lists nothing has
-    # forgotten every file by its retention: the files may go only if every one of them is past it.
-    all_forgotten = not logged and all(now - modified > log_kept for _, modified in listed.values())
+    # forgotten every file: they may go by the rules below only if every one of them is old enough.
+    all_forgotten = not logged and set(listed) <= set(forgotten.files)
     if not committed & set(listed) and not all_forgotten:
         result.refused = (
             f"the sink's log lists none of the {len(listed)} data file(s) in {url} (it names files "
@@ -146,35 +144,37 @@ def sweep_folder(
         if name in committed:
             continue
         age = now - modified
-        # Younger than the grace period: maybe a batch in flight. Younger than the log's retention: the
-        # log would list it if a batch had committed it, so it is debris. Older: the log may have
-        # forgotten it (at its next compaction after that age); it goes once the grace period has passed
-        # since then (a reader that listed the log just before is done with it), if every unit it holds
-        # is compacted, or it is past the dataset's retention. Otherwise it is kept, and reported: its
-        # rows are out of the readers' view.
+        # Younger than the grace period: maybe a batch in flight. Younger than the shortest retention the
+        # log can have run with: the log would list it if a batch had committed it, so it is debris.
+        # Older: the log may have forgotten it; it goes once the grace period has passed since then (a
+        # reader that listed the log just before is done with it), if it is past the dataset's retention
+        # or every unit it holds is compacted. Otherwise it is kept, and reported: its rows are out of
+        # the readers' view.
         if age < grace_s:
             result.young.append(name)
             continue
-        gone_from_log = age > log_kept
-        if gone_from_log and age < log_kept + grace_s:
-            result.young.append(name)
-            continue
-        if gone_from_log and expired(modified) and kept_for is not None and age < kept_for.seconds + grace_s:
-            result.young.append(name)
-            continue
-        if gone_from_log and not expired(modified) and not covered.get(name):
-            result.uncompacted.append(name)
-            continue
+        expired = forgotten.expired(name)
+        if name in forgotten.files:
+            # Past retention: it goes once the grace period has passed since. Not compacted: kept, and
+            # reported. Compacted: it goes once the log has forgotten it by the retention it runs with
+            # and the grace period has passed since (a reader that listed the log just before is done).
+            waits_until = forgotten.kept_for_s if expired else forgotten.log_kept_s
+            if not expired and not forgotten.covered.get(name):
+                result.uncompacted.append(name)
+                continue
+            if waits_until is not None and age < waits_until + grace_s:
+                result.young.append(name)
+                continue
         result.removed.append(
             {
                 "file": name,
                 "bytes": size,
                 "age_s": round(age, 1),
-                "expired": expired(modified),
-                "compacted": gone_from_log and bool(covered.get(name)) and not expired(modified),
+                "expired": expired,
+                "compacted": name in forgotten.files and not expired,
             }
         )
-        if expired(modified):
+        if expired:
             removed_expired.append(modified)
     if dry_run:
         return result
@@ -182,11 +182,77 @@ def sweep_folder(
     # more than was removed (a rerun is refused), never less (a day reported on in part).
     if removed_expired:
         retention.move_marker(
-            folder, datetime.fromtimestamp(max(removed_expired), UTC), {"retention": str(kept_for)}
+            folder,
+            datetime.fromtimestamp(max(removed_expired), UTC),
+            {"retention": str(dataset.kept_for(config))},
         )
     for item in result.removed:
         remove_data_file(folder, item["file"])
     return result
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    """A file sink's unlisted files that are old enough for its log to have listed them once and
+    forgotten them, with what decides their fate."""
+
+    files: dict[str, float]  # name -> modified
+    covered: dict[str, bool]  # by the compacted versions of the units they can hold
+    log_kept_s: float  # the log's retention as configured
+    kept_for_s: float | None
+    now: float
+
+    def expired(self, name: str) -> bool:
+        return (
+            name in self.files
+            and self.kept_for_s is not None
+            and self.now - self.files[name] > self.kept_for_s
+        )
+
+    def uncompacted(self) -> list[str]:
+        """Within the dataset's retention, and no compacted version holds them whole: their rows are out
+        of the readers' view."""
+        return sorted(name for name in self.files if not self.expired(name) and not self.covered.get(name))
+
+    def out_of_view(self) -> list[float]:
+        """When each file whose rows readers no longer see was written: the uncompacted, and the expired."""
+        return [
+            modified
+            for name, modified in self.files.items()
+            if self.expired(name) or not self.covered.get(name)
+        ]
+
+
+def left_the_log_after(config: PipelineConfig, dataset: registry.Dataset) -> float:
+    """The age (seconds) after which an unlisted file may be one the sink's log listed and forgot: the
+    shortest log retention the sink can have run with. A changed ``compaction.sink_log`` reaches a
+    running sink only when it restarts, so this config's value alone could take a file the log forgot
+    at the old value for debris; the config refuses any value below the floor."""
+    return min(dataset.sink_log_kept(config).seconds, config.sink_log_floor().seconds)
+
+
+def forgotten_files(
+    config: PipelineConfig,
+    dataset: registry.Dataset,
+    on_disk: dict[str, tuple[int, float]],
+    committed: set[str],
+    now: float,
+) -> Forgotten:
+    """The unlisted files of ``on_disk`` the log may have forgotten, and whether compaction holds them."""
+    left_after = left_the_log_after(config, dataset)
+    files = {
+        name: modified
+        for name, (_, modified) in on_disk.items()
+        if name not in committed and now - modified > left_after
+    }
+    kept_for = dataset.kept_for(config)
+    return Forgotten(
+        files=files,
+        covered=compacted_days.covered(compacted_days.newest_near(config, dataset, files)),
+        log_kept_s=dataset.sink_log_kept(config).seconds,
+        kept_for_s=None if kept_for is None else kept_for.seconds,
+        now=now,
+    )
 
 
 def taken_out_before(
@@ -198,26 +264,17 @@ def taken_out_before(
     swept). None: nothing."""
     folder = store.location(config, dataset.location(config))
     marker = retention.removed_before(folder)
-    kept_for = dataset.kept_for(config)
-    log_kept = dataset.sink_log_kept(config).seconds
     moment = time.time() if now is None else now
-    old = {
-        name: modified for name, (_, modified) in data_files(folder).items() if moment - modified > log_kept
-    }
-    if old:
-        committed = checkpoint_format.committed_names(
-            checkpoint_format.sink_files(folder), dataset.location(config)
-        )
-        covered = compacted_days.covered(config, dataset)
-        forgotten = [
-            modified
-            for name, modified in old.items()
-            if name not in committed
-            and (not covered.get(name) or (kept_for is not None and moment - modified > kept_for.seconds))
-        ]
-        if forgotten:
-            newest = datetime.fromtimestamp(max(forgotten), UTC)
-            marker = newest if marker is None else max(marker, newest)
+    on_disk = data_files(folder)
+    if not on_disk:
+        return marker
+    committed = checkpoint_format.committed_names(
+        checkpoint_format.sink_files(folder), dataset.location(config)
+    )
+    out = forgotten_files(config, dataset, on_disk, committed, moment).out_of_view()
+    if out:
+        newest = datetime.fromtimestamp(max(out), UTC)
+        marker = newest if marker is None else max(marker, newest)
     return marker
 
 

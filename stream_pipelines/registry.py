@@ -139,24 +139,27 @@ class Dataset:
                 return unquote(part[len(prefix) :])
         return None
 
+    @staticmethod
+    def unit_end(unit: str) -> datetime:
+        """The end of a unit's day, UTC."""
+        return datetime.combine(date.fromisoformat(unit) + timedelta(days=1), datetime.min.time(), UTC)
+
     def unit_closes_at(self, unit: str, config: PipelineConfig) -> datetime:
         """When nothing more of ``unit`` can arrive: an arrival day's end; an event day's end plus the
         late horizon (a stream writes a day's rows until its events stop arriving)."""
-        end = datetime.combine(date.fromisoformat(unit) + timedelta(days=1), datetime.min.time(), UTC)
+        end = self.unit_end(unit)
         if self.day_rule == "arrival_window":
             return end
         return end + timedelta(seconds=config.reconciliation.late_horizon.seconds)
 
-    def day_filter(self, day: date, config: PipelineConfig) -> Column:
-        """The condition that selects event day D from this dataset."""
-        from pyspark.sql import functions as F
+    def unit_expired(self, unit: str, config: PipelineConfig, now: float) -> bool:
+        """Whether ``unit`` is past the dataset's retention, counted from when it closed."""
+        kept = self.kept_for(config)
+        return kept is not None and now - self.unit_closes_at(unit, config).timestamp() > kept.seconds
 
-        if self.day_rule == "arrival_window":
-            days = arrival_dates(day, config.reconciliation.late_horizon)
-            return F.col(self.day_column).cast("string").isin(days)
-        if self.day_rule == "partition":
-            return F.col(self.day_column).cast("string") == day.isoformat()
-        return F.to_date(self.day_column).cast("string") == day.isoformat()
+    def day_filter(self, day: date, config: PipelineConfig) -> Column:
+        """The condition that selects event day D from this dataset: a row whose unit is one of D's."""
+        return self.unit_column().isin(self.day_units(day, config))
 
 
 def arrival_dates(day: date, horizon: Duration) -> list[str]:

@@ -4,11 +4,13 @@
 removes what, each run of the daily maintenance DAG (``output_maintenance``), through the file layer so
 the same code serves a local disk, S3 and HDFS:
 
-    file sinks       the sink's log forgets a file once it is older than the dataset's retention (the
-                     sink's ``retention`` option, runtime.sink_log_options); the output sweep then
-                     removes it as unlisted (maintenance.py) and moves the dataset's marker forward.
-                     Spark's readers never meet a missing file: they read the log, and the log no
-                     longer lists it.
+    file sinks       the sink's log forgets a file once it is older than ``compaction.sink_log``
+                     (runtime.sink_log_options); the output sweep then removes it once its days are
+                     compacted, or once it is past the dataset's retention (moving the dataset's
+                     marker forward; maintenance.py). Readers never meet a missing file: they read
+                     the log, and the log no longer lists it.
+    compacted days   a day past the dataset's retention goes whole (moving the marker); replaced
+                     versions and failed attempts after the grace period (``sweep_compacted``)
     batch log        per query, the batches committed before the cutoff, except the newest of them
                      (its end offsets and watermark are where the next batch starts)
     reset copies     the checkpoints a reset moved aside (``<checkpoint>.reset-<UTC time>``)
@@ -202,11 +204,11 @@ def remove_old_records(config: PipelineConfig, now: float, dry_run: bool) -> Rem
 def sweep_compacted(
     config: PipelineConfig, dataset: registry.Dataset, grace_s: float, now: float, dry_run: bool
 ) -> Removal:
-    """A file sink's compacted days (compacted_days.py): a day past the dataset's retention goes whole
-    (by the end of the day, moving the dataset's marker); of the rest, a version a newer one replaced
-    goes once the grace period has passed since the newer was published (a reader that took the old
-    manifest just before is done with it), and an attempt no manifest names (a compaction that failed or
-    lost the race to publish) once it is older than the grace period."""
+    """A file sink's compacted days (compacted_days.py): a day past the dataset's retention (counted
+    from when it closed) goes whole, moving the dataset's marker to the day's end; of the rest, a
+    version a newer one replaced goes once the grace period has passed since the newer was published (a
+    reader that took the old manifest just before is done with it), and an attempt no manifest names (a
+    compaction that failed or lost the race to publish) once it is older than the grace period."""
     kept_for = dataset.kept_for(config)
     removal = Removal(
         f"compacted days of {dataset.name}",
@@ -216,23 +218,25 @@ def sweep_compacted(
     expired_until: datetime | None = None
     for unit in compacted_days.units(config, dataset):
         folder = store.location(config, compacted_days.unit_url(config, dataset, unit))
-        day_end = datetime.combine(date.fromisoformat(unit) + timedelta(days=1), datetime.min.time(), UTC)
-        if kept_for is not None and now - day_end.timestamp() > kept_for.seconds:
+        if dataset.unit_expired(unit, config, now):
             removal.removed.append({"unit": unit, "what": "the whole day, past retention"})
+            day_end = dataset.unit_end(unit)
             expired_until = day_end if expired_until is None else max(expired_until, day_end)
             continue
         removal.kept += 1
         versions = compacted_days.versions(config, dataset, unit)
-        manifests = {
-            version: compacted_days.read_manifest(config, dataset, unit, version) for version in versions
-        }
-        newest = manifests[versions[-1]] if versions else None
-        replaced_at = datetime.fromisoformat(newest.published_at).timestamp() if newest else now
         attempts: dict[str, float] = {}
         for name, (_, modified) in store.tree_entries(folder).items():
             if "/" in name:
                 attempt = name.split("/", 1)[0]
                 attempts[attempt] = max(attempts.get(attempt, 0.0), modified)
+        if len(versions) == 1 and len(attempts) <= 1:
+            continue  # one version and its files: nothing replaced, nothing failed (and no manifest read)
+        manifests = {
+            version: compacted_days.read_manifest(config, dataset, unit, version) for version in versions
+        }
+        newest = manifests[versions[-1]] if versions else None
+        replaced_at = datetime.fromisoformat(newest.published_at).timestamp() if newest else now
         named = {manifest.folder: version for version, manifest in manifests.items()}
         going: list[tuple[str | None, str | None]] = []  # (manifest name, attempt folder)
         for version in versions[:-1]:

@@ -203,6 +203,11 @@ def read_raw(
     return combined
 
 
+# How often a reader reads a day's compacted versions and its sink's log again when a compaction
+# publishes in between (one publish per unit per daily run: a second attempt is all it takes).
+READ_ATTEMPTS = 3
+
+
 def read_dataset_day(
     spark: SparkSession, config: PipelineConfig, dataset: registry.Dataset, day: date
 ) -> DataFrame:
@@ -218,11 +223,21 @@ def read_dataset_day(
         rows = plain if plain is not None else spark.createDataFrame([], dataset.schema())
         return rows.where(dataset.day_filter(day, config))
     units = dataset.day_units(day, config)
-    published = compacted_days.latest_of_units(config, dataset, units)
+    # The manifests, then the log, then the manifests again: a version published in between (its
+    # sources then possibly forgotten by the log) would leave the two reads out of step; read again.
+    for _ in range(READ_ATTEMPTS):
+        published = compacted_days.latest_of_units(config, dataset, units)
+        listed = sink_log_names(config, dataset)
+        versions = {unit: manifest.version for unit, manifest in published.items()}
+        again = compacted_days.latest_of_units(config, dataset, units)
+        if versions == {unit: manifest.version for unit, manifest in again.items()}:
+            break
+    else:
+        raise RuntimeError(f"{dataset.name} {day}: compacted versions kept changing while it was read")
     compacted = {source for manifest in published.values() for source in manifest.sources}
     pending = [
         name
-        for name in sink_log_names(config, dataset)
+        for name in listed
         if name not in compacted and (not dataset.unit_in_path or dataset.unit_of_path(name) in units)
     ]
     compacted_files = [url for manifest in published.values() for url in manifest.file_urls(config, dataset)]

@@ -14,13 +14,14 @@ import json
 import os
 import shutil
 import threading
-from datetime import datetime
+import time
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
 
-from stream_pipelines import compacted_days, compaction, maintenance, registry, store
+from stream_pipelines import compacted_days, compaction, maintenance, registry, retention, runtime, store
 from stream_pipelines.apps import raw_archive
 from stream_pipelines.checkpoint import format as checkpoint_format
 from stream_pipelines.reconciliation.job import run_reconciliation
@@ -39,8 +40,9 @@ from tests.test_reconcile import (  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.broker
 
-# The scenario's day, 2026-01-01, is past the outputs' and quarantines' default retention by now.
-KEEP = ("retention.outputs=400 days", "retention.quarantine=400 days")
+# The scenario's day, 2026-01-01, is past the outputs' and quarantines' default retention by now, and
+# will be past the archive's.
+KEEP = ("retention.outputs=forever", "retention.quarantine=forever", "retention.archive=forever")
 SINKS = maintenance.file_sinks()
 
 
@@ -200,7 +202,7 @@ def test_a_late_batch_of_a_compacted_day_is_read_at_once_and_compacted_again(
     }
     replay.batch("sensors", [late, {**late, "event_id": "late-2"}])
     written = replay_root / "sensors" / f"batch-{replay.files:04d}.jsonl"
-    arrival = datetime(2026, 1, 1, 23, 30).timestamp()
+    arrival = datetime(2026, 1, 1, 23, 30, tzinfo=UTC).timestamp()
     os.utime(written, (arrival, arrival))
     try:
         assert run_in_process(spark, config, raw_archive)[0] == 0
@@ -218,3 +220,56 @@ def test_a_late_batch_of_a_compacted_day_is_read_at_once_and_compacted_again(
     assert set(second.sources) == set(first.sources) | set(sink_log_names(config, registry.ARCHIVE))
     assert compaction.row_digest(read_dataset_day(spark, config, registry.ARCHIVE, DAY)) == with_late
     assert all(f"/{second.folder}/" in path for path in files_read(spark, config, registry.ARCHIVE))
+
+
+def test_a_reader_whose_log_read_meets_a_new_version_reads_the_day_again_whole(
+    spark,
+    scenario,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+):
+    """The reader takes the compacted versions, then the sink's log. If a version is published in
+    between and the log forgets its sources before the reader lists it (a compaction days late), the two
+    reads are out of step: the reader sees the versions change and reads both again."""
+    config = private_copy(scenario, tmp_path)
+    expected = compaction.row_digest(read_dataset_day(spark, config, registry.ARCHIVE, DAY))
+    listing = runtime.sink_log_names
+    interleaved: list[str] = []
+
+    def publish_then_forget(config_, dataset):
+        if interleaved:
+            return listing(config_, dataset)
+        interleaved.append(dataset.name)
+        [result] = compaction.compact(spark, config_, datasets=[dataset])
+        assert result.units[0].outcome == "published"
+        return []  # the log has forgotten every file the new version holds
+
+    monkeypatch.setattr(runtime, "sink_log_names", publish_then_forget)
+    assert compaction.row_digest(read_dataset_day(spark, config, registry.ARCHIVE, DAY)) == expected
+    assert interleaved == ["archive"]
+
+
+def test_a_file_that_left_the_log_uncompacted_is_reported_and_the_rest_is_compacted(
+    spark,
+    scenario,  # noqa: F811
+    tmp_path,
+):
+    config = private_copy(scenario, tmp_path)
+    folder = store.location(config, registry.ARCHIVE.location(config))
+    [listed] = [name for name in sink_log_names(config, registry.ARCHIVE)][:1]
+    # A file of another day that the log forgot ten days ago, before anything compacted it.
+    lost = "topic=sensors/arrival_date=2025-12-20/part-00000-lost.c000.snappy.parquet"
+    store.write_atomically(folder / lost, (folder / listed).read_bytes())
+    ten_days_ago = time.time() - 10 * 86400
+    os.utime(folder / lost, (ten_days_ago, ten_days_ago))
+
+    [result] = compaction.compact(spark, config, datasets=[registry.ARCHIVE])
+    assert result.lost == [lost] and not result.ok
+    assert any("LOST FROM VIEW" in line and lost in line for line in result.lines())
+    [unit] = result.units
+    assert (unit.unit, unit.outcome) == (DAY.isoformat(), "published")
+    # The sweep keeps it and the reconciliation refuses the days it held.
+    [sweep] = maintenance.sweep_outputs(config, 3600, datasets=[registry.ARCHIVE])
+    assert sweep.uncompacted == [lost] and (folder / lost).is_file()
+    with pytest.raises(retention.RetentionPassed, match="archive"):
+        maintenance.refuse_if_expired(config, date(2025, 12, 20))

@@ -32,9 +32,12 @@ from tests.unit.test_checkpoint_on_s3 import (  # noqa: F401
 )
 from tests.unit.test_checkpoint_reader import FIXTURES
 from tests.unit.test_compacted_days import (  # noqa: F401
+    test_a_compacted_file_the_log_forgot_waits_out_the_grace_after_the_logs_retention,
     test_a_day_whose_files_left_the_log_uncompacted_is_refused_by_the_reconciliation,
+    test_a_failed_first_compaction_of_a_day_goes_after_the_grace,
     test_a_file_holding_two_days_stays_until_both_are_compacted,
     test_a_forgotten_file_goes_once_every_day_it_holds_is_compacted_and_is_kept_loudly_until_then,
+    test_a_raised_sink_log_retention_does_not_turn_files_the_running_sink_forgot_into_debris,
     test_only_one_compaction_publishes_a_version,
     test_replaced_versions_and_failed_attempts_go_after_the_grace_and_a_day_past_retention_goes_whole,
 )

@@ -571,9 +571,11 @@ def test_the_reconciliation_on_a_remote_store_equals_the_same_run_over_local_dat
         ),
         *remote_root,
         f"paths.scratch={tmp_path}/scratch",
-        # The scenario's day is older than the outputs' and quarantines' default retention by now.
-        "retention.outputs=400 days",
-        "retention.quarantine=400 days",
+        # The scenario's day is older than the outputs' and quarantines' retention by now, and will be
+        # older than the archive's.
+        "retention.outputs=forever",
+        "retention.quarantine=forever",
+        "retention.archive=forever",
     ]
     config = make_overrides_config(overrides)
     bucket_root = config.data_path("checkpoints").removesuffix("/checkpoints")

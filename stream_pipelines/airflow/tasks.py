@@ -64,7 +64,8 @@ def reset_checkpoint(params: dict[str, Any]) -> str:
 
 def compact(params: dict[str, Any]) -> str:
     """The output_maintenance DAG's first task: the compaction job (spark-submit), its lines in the task
-    log; fails when the job refused a sink or found a day about to leave a sink's log uncompacted."""
+    log; fails when a sink's compaction failed, or a file left (or is about to leave) its sink's log
+    before a compacted version held its days."""
     from stream_pipelines.airflow.nightly import run_logged
     from stream_pipelines.submit import compact_submit_command
 
@@ -84,6 +85,8 @@ def maintain(params: dict[str, Any]) -> dict[str, Any]:
     )
     print("\n".join(outcome.lines()), flush=True)
     if not outcome.ok:
-        refused = "; ".join(sweep.summary() for sweep in outcome.sweeps if sweep.refused)
-        raise AirflowFailException(f"output sweep refused: {refused}")
+        problems = "; ".join(
+            sweep.summary() for sweep in outcome.sweeps if sweep.refused or sweep.uncompacted
+        )
+        raise AirflowFailException(f"output sweep: {problems}")
     return outcome.as_json()

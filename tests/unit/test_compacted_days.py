@@ -83,15 +83,68 @@ def test_a_file_holding_two_days_stays_until_both_are_compacted(config):
     assert [item["file"] for item in sweep.removed] == [OLD]
 
 
-def test_a_file_the_log_forgot_just_now_waits_out_the_grace_even_when_compacted(config):
+def test_a_compacted_file_the_log_forgot_waits_out_the_grace_after_the_logs_retention(config):
+    # Unlisted and older than the config's floor: maybe forgotten, so not debris. Compacted: it goes once
+    # the log has forgotten it by the retention it runs with, and the grace period has passed since.
     folder = build_sink(config, {NEW: [10]}, {OLD: parquet_bytes([1])})
     publish(config, UNIT, {OLD: [UNIT]})
     written = maintenance.data_files(folder)[OLD][1]
+    left = maintenance.left_the_log_after(config, registry.ARCHIVE)
     log_kept = registry.ARCHIVE.sink_log_kept(config).seconds
-    [sweep] = maintenance.sweep_outputs(
-        config, GRACE, now=written + log_kept + 60, datasets=[registry.ARCHIVE]
+    assert left == config.sink_log_floor().seconds < log_kept
+    for moment in (written + left + GRACE + 60, written + log_kept + 60):
+        [kept] = maintenance.sweep_outputs(config, GRACE, now=moment, datasets=[registry.ARCHIVE])
+        assert kept.young == [OLD] and kept.removed == []
+    [later] = maintenance.sweep_outputs(
+        config, GRACE, now=written + log_kept + GRACE + 60, datasets=[registry.ARCHIVE]
     )
-    assert sweep.young == [OLD] and sweep.removed == []
+    assert [(item["file"], item["compacted"]) for item in later.removed] == [(OLD, True)]
+
+
+def test_a_failed_first_compaction_of_a_day_goes_after_the_grace(config):
+    failed = f"{compacted_days.unit_url(config, registry.ARCHIVE, UNIT)}/a1/part-00000.parquet"
+    store.write_atomically(store.location(config, failed), b"half a file")
+    unit_folder = store.location(config, compacted_days.unit_url(config, registry.ARCHIVE, UNIT))
+    soon = retention.sweep_compacted(config, registry.ARCHIVE, GRACE, time.time() + 60, dry_run=False)
+    assert soon.removed == [] and store.files_under(unit_folder)
+    later = retention.sweep_compacted(config, registry.ARCHIVE, GRACE, time.time() + 2 * GRACE, dry_run=False)
+    assert [item["what"] for item in later.removed] == ["unpublished attempt a1"]
+    assert store.files_under(unit_folder) == []
+
+
+def test_one_sinks_failing_compaction_does_not_stop_the_others(config, monkeypatch):
+    from stream_pipelines import compaction
+
+    def fail_on_the_archive(spark, config_, dataset, now, dry_run, progress):
+        if dataset is registry.ARCHIVE:
+            raise OSError("the store is away")
+        return compaction.DatasetCompaction(dataset.name)
+
+    monkeypatch.setattr(compaction, "compact_dataset", fail_on_the_archive)
+    results = compaction.compact(None, config, progress=lambda line: None)
+    assert [r.dataset for r in results] == [d.name for d in maintenance.file_sinks()]
+    [failed] = [r for r in results if not r.ok]
+    assert failed.dataset == "archive" and failed.failed == "OSError: the store is away"
+    assert "FAILED: OSError: the store is away" in failed.lines()[1]
+
+
+def test_an_event_day_expires_from_when_it_closes_not_from_its_end(config):
+    # sensor_windows keeps 30 days, counted from the day's end plus the 2-day late horizon.
+    dataset = registry.SENSOR_WINDOWS
+    closes = dataset.unit_closes_at(UNIT, config).timestamp()
+    assert closes == datetime(2026, 1, 4, tzinfo=UTC).timestamp()
+    kept = dataset.kept_for(config).seconds
+    assert not dataset.unit_expired(UNIT, config, closes + kept - 60)
+    assert dataset.unit_expired(UNIT, config, closes + kept + 60)
+    assert dataset.unit_end(UNIT) == datetime(2026, 1, 2, tzinfo=UTC)
+
+
+def test_an_output_files_days_are_looked_up_around_when_it_was_written(config):
+    written = datetime(2026, 1, 10, 12, tzinfo=UTC).timestamp()
+    days = compacted_days.candidate_units(config, registry.SENSOR_WINDOWS, "part-0.parquet", written)
+    # A row of day D is written from D on, until D + 1 day + the 2-day horizon, and a clock a day ahead.
+    assert min(days) == "2026-01-06" and max(days) == "2026-01-11"
+    assert compacted_days.candidate_units(config, registry.ARCHIVE, OLD, written) == {UNIT}
 
 
 def test_replaced_versions_and_failed_attempts_go_after_the_grace_and_a_day_past_retention_goes_whole(config):
@@ -137,3 +190,14 @@ def test_only_one_compaction_publishes_a_version(config):
     assert not compacted_days.publish(config, registry.ARCHIVE, second)
     assert compacted_days.latest(config, registry.ARCHIVE, UNIT).folder == "a1"
     assert compacted_days.units(config, registry.ARCHIVE) == [UNIT]
+
+
+def test_a_raised_sink_log_retention_does_not_turn_files_the_running_sink_forgot_into_debris(stored_root):
+    # The sinks still run with 7 days; the config now says 10. A file of 8 days, unlisted and not
+    # compacted, may be one the running sink's log forgot: kept and reported, not swept as debris.
+    config = load_config("local", [*stored_root, "compaction.sink_log=10 days"], environ={})
+    folder = build_sink(config, {NEW: [10]}, {OLD: parquet_bytes([1])})
+    written = maintenance.data_files(folder)[OLD][1]
+    [sweep] = maintenance.sweep_outputs(config, GRACE, now=written + 8 * DAY, datasets=[registry.ARCHIVE])
+    assert sweep.uncompacted == [OLD] and sweep.removed == []
+    assert OLD in store.files_under(folder)
