@@ -228,9 +228,8 @@ def read_dataset_day(
     for _ in range(READ_ATTEMPTS):
         published = compacted_days.latest_of_units(config, dataset, units)
         listed = sink_log_names(config, dataset)
-        versions = {unit: manifest.version for unit, manifest in published.items()}
-        again = compacted_days.latest_of_units(config, dataset, units)
-        if versions == {unit: manifest.version for unit, manifest in again.items()}:
+        newest = {unit: compacted_days.versions(config, dataset, unit)[-1:] for unit in units}
+        if newest == {unit: [published[unit].version] if unit in published else [] for unit in units}:
             break
     else:
         raise RuntimeError(f"{dataset.name} {day}: compacted versions kept changing while it was read")
