@@ -34,9 +34,9 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from stream_pipelines import compacted_days, maintenance, registry, store
 from stream_pipelines.checkpoint import format as checkpoint_format
@@ -122,9 +122,6 @@ class DatasetCompaction:
         )
         return [head, *(unit.summary() for unit in self.units), *(f"  {p}" for p in self.problems())]
 
-    def as_json(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 def compact(
     spark: SparkSession,
@@ -169,7 +166,10 @@ def compact_dataset(
     leaves_after = maintenance.left_the_log_after(config, dataset)
     # A file a compacted version names has its units in that manifest: only the others are read.
     written = {name: on_disk[name][1] for name in listed if name in on_disk}
-    known = compacted_days.claimed_units(compacted_days.newest_near(config, dataset, written))
+    # The newest version of each unit the listed files can hold, read once; kept current as this run
+    # publishes, for the at-risk summary.
+    newest = compacted_days.newest_near(config, dataset, written)
+    known = compacted_days.claimed_units(newest)
     unknown = [name for name in listed if name not in known]
     units_of = {name: known[name] for name in listed if name in known}
     units_of.update(file_units(spark, config, dataset, unknown, on_disk))
@@ -187,7 +187,7 @@ def compact_dataset(
             continue
         if dataset.unit_expired(unit, config, now):
             continue  # past the dataset's retention: the sweep removes it, nothing to keep compact
-        previous = compacted_days.latest(config, dataset, unit)
+        previous = newest[unit] if unit in newest else compacted_days.latest(config, dataset, unit)
         new = sorted(name for name in names if previous is None or name not in previous.sources)
         if not new:
             result.up_to_date += 1
@@ -197,11 +197,13 @@ def compact_dataset(
         if not dry_run:
             progress(f"{dataset.name} {unit}: compacting {len(new)} new file(s) into version {version}")
             sources = {**(previous.sources if previous else {}), **{name: units_of[name] for name in new}}
-            compact_unit(spark, config, dataset, compaction, previous, new, sources, on_disk)
+            published = compact_unit(spark, config, dataset, compaction, previous, new, sources, on_disk)
+            if published is not None:
+                newest[unit] = published
         result.units.append(compaction)
 
     # summarize: listed files about to leave the log with a unit not compacted
-    covered = compacted_days.covered(compacted_days.newest_near(config, dataset, written))
+    covered = compacted_days.covered(newest)
     for name in listed:
         modified = on_disk.get(name, (0, now))[1]
         if now - modified > leaves_after - AT_RISK_MARGIN.total_seconds() and not covered.get(name):
@@ -257,8 +259,9 @@ def compact_unit(
     new: list[str],
     sources: dict[str, list[str]],
     on_disk: dict[str, tuple[int, float]],
-) -> None:
-    """Rewrite ``previous``'s rows and the unit's rows of ``new`` into one new version; verify; publish."""
+) -> compacted_days.Manifest | None:
+    """Rewrite ``previous``'s rows and the unit's rows of ``new`` into one new version; verify; publish.
+    Returns the version published (None: another compaction published it first)."""
     started = time.monotonic()
     location = dataset.location(config)
     frames = [
@@ -304,6 +307,7 @@ def compact_unit(
     compaction.files, compaction.bytes = len(written), manifest.bytes
     compaction.outcome = "published" if published else "lost (another compaction published it first)"
     compaction.seconds = time.monotonic() - started
+    return manifest if published else None
 
 
 def row_digest(frame: DataFrame) -> tuple[int, str]:

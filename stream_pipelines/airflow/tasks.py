@@ -10,6 +10,7 @@ from typing import Any
 
 from stream_pipelines import maintenance
 from stream_pipelines.airflow import task_config
+from stream_pipelines.airflow.nightly import run_logged
 from stream_pipelines.checkpoint.inspect import CheckpointError
 from stream_pipelines.checkpoint.reset import parse_offsets_argument, parse_reset_time, reset
 from stream_pipelines.control import ControlStore, app_status, apply_action
@@ -66,7 +67,6 @@ def compact(params: dict[str, Any]) -> str:
     """The output_maintenance DAG's first task: the compaction job (spark-submit), its lines in the task
     log; fails when a sink's compaction failed, or a file left (or is about to leave) its sink's log
     before a compacted version held its days."""
-    from stream_pipelines.airflow.nightly import run_logged
     from stream_pipelines.submit import compact_submit_command
 
     config = task_config()
