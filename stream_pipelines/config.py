@@ -354,9 +354,11 @@ class SupervisionSettings(_Section):
 
     spark_conn_id: str = "spark_pipeline"
     # A crash is retried after retry_delay * backoff_multiplier^(n-1), n the restarts within the
-    # crash-loop window, plus up to as much again of jitter, capped. A first restart comes quickly (each
-    # second of it is data freshness lost); a loop backs off fast enough that the guard below trips only
-    # after 10-17 minutes of crashes, as long as a broker's rolling restart may take.
+    # crash-loop window, plus up to as much again of jitter, capped (a failed query restarted inside its
+    # driver waits the same without the jitter; the first restart of a driver killed by a signal is at
+    # once). A first restart comes quickly (each second of it is data freshness lost); a loop backs off
+    # fast enough that the guard below trips only after 10-17 minutes of crashes, as long as a broker's
+    # rolling restart may take.
     retry_delay: PositiveDuration = Duration(5)
     backoff_multiplier: float = Field(3.0, ge=1.0)
     max_retry_delay: PositiveDuration = Duration(600)
@@ -376,6 +378,20 @@ class SupervisionSettings(_Section):
     # offsets wait in their source is stuck, and is stopped, killed if need be, and restarted.
     watchdog_triggers: int = Field(6, ge=1)
     watchdog_min_window: PositiveDuration = Duration(120)
+    # A driver whose JVM has not answered a call through the gateway for this long is frozen (SIGSTOP,
+    # a stop-the-world pause that never ends): killed at once, without a drain it could not do. A live
+    # JVM answers within milliseconds, in the middle of a slow batch too.
+    jvm_answer_timeout: PositiveDuration = Duration(15)
+    # A failed query is restarted from its checkpoint inside the running driver (no new JVM) up to this
+    # many times within the crash-loop window; then, or when the JVM is unhealthy, the driver exits for
+    # its supervisor to restart. 0: every failure restarts the driver.
+    in_driver_restarts: int = Field(3, ge=0)
+
+    def restart_delay(self, restarts: int, jitter: float) -> float:
+        """The wait before restart number ``restarts`` within the crash-loop window: retry_delay x
+        backoff_multiplier^(restarts - 1), plus ``jitter`` (0 to 1) as much again, capped."""
+        base = self.retry_delay.seconds * self.backoff_multiplier ** max(restarts - 1, 0)
+        return min(base * (1 + jitter), self.max_retry_delay.seconds)
 
     @model_validator(mode="after")
     def _lease_outlives_heartbeats(self) -> SupervisionSettings:
@@ -383,6 +399,11 @@ class SupervisionSettings(_Section):
             raise ValueError(
                 f"lease_timeout ({self.lease_timeout}) must be at least 3 heartbeat_intervals "
                 f"({self.heartbeat_interval}): one late renewal must not hand the app to a second driver"
+            )
+        if self.jvm_answer_timeout.seconds < 2 * self.heartbeat_interval.seconds:
+            raise ValueError(
+                f"jvm_answer_timeout ({self.jvm_answer_timeout}) must be at least 2 heartbeat_intervals "
+                f"({self.heartbeat_interval}): the driver asks its JVM once a heartbeat"
             )
         return self
 

@@ -8,8 +8,9 @@ Records under ``paths.control`` (small JSON, each written whole by ``store.write
   the supervisor and ``pipelinectl run``), so status says ``starting`` while the JVM comes up;
 - ``<app>.running.json``: the driver's pid while it runs (written by the app's lifecycle);
 - ``<app>.exit.json``: how the app last ended (stopped / finished / failed), written by the app;
-- ``<app>.restarts.json``: every restart the supervisor made (the total, exported as a metric) and
-  the recent ones (for the crash-loop guard), counted once, under a lock;
+- ``<app>.restarts.json``: every restart, the supervisor's of the driver and the driver's of a failed
+  query (the totals, exported as metrics), the recent ones (for the crash-loop guard, which both kinds
+  share) and the last one's kind and cause, counted once, under a lock;
 - ``<app>.crashloop.json``: present while the guard has tripped; cleared by start/restart/resume.
 - ``<app>.watchdog.json``: how often the liveness watchdog restarted the app as stuck, and the last
   reason (the total is exported as a metric).
@@ -34,6 +35,9 @@ from stream_pipelines.store import read_json, write_json
 Desired = Literal["running", "stopped", "paused"]
 Action = Literal["stop", "start", "restart", "pause", "resume"]
 ExitStatus = Literal["stopped", "finished", "failed"]
+# A restart of the whole driver (by its supervisor), or of one failed query inside the running driver.
+RestartKind = Literal["driver", "in-driver"]
+IN_DRIVER: RestartKind = "in-driver"
 
 
 class CrashLoopError(RuntimeError):
@@ -45,6 +49,18 @@ class Restarts:
     total: int = 0
     # ISO times of the restarts still inside the crash-loop window when last counted.
     recent: list[str] = field(default_factory=list)
+    # Of the total, the failed queries restarted inside their running driver (no new JVM).
+    in_driver: int = 0
+    # The last restart: "driver" or "in-driver", its cause and when.
+    last_kind: str | None = None
+    last_cause: str | None = None
+    last_at: str | None = None
+
+    def describe_last(self) -> str | None:
+        if self.last_kind is None:
+            return None
+        how = "query restarted inside the driver" if self.last_kind == IN_DRIVER else "driver restarted"
+        return f"{how} at {self.last_at}: {self.last_cause}"
 
 
 def _now() -> datetime:
@@ -141,9 +157,16 @@ class ControlStore:
         return self._path(app, "restarts.json")
 
     def record_restart(
-        self, app: str, *, cause: str, limit: int | None = None, window: timedelta | None = None
+        self,
+        app: str,
+        *,
+        cause: str,
+        limit: int | None = None,
+        window: timedelta | None = None,
+        kind: RestartKind = "driver",
     ) -> int:
-        """Count one restart and return the count within the window (the total without a guard).
+        """Count one restart (a new driver, or a query restarted inside its driver) and return the count
+        within the window (the total without a guard).
 
         With ``limit`` and ``window``: at the limit, mark the app crash-looping and raise instead. One
         lock around read-and-write, so concurrent supervisors never lose a count.
@@ -168,7 +191,9 @@ class ControlStore:
             return {
                 "app": app,
                 "total": counted.total + 1,
+                "in_driver": counted.in_driver + (kind == IN_DRIVER),
                 "recent": recent,
+                "last_kind": kind,
                 "last_cause": cause,
                 "at": now.isoformat(),
             }
@@ -196,8 +221,17 @@ class ControlStore:
 
 
 def _restarts_of(record: dict[str, Any] | None) -> Restarts:
+    record = record or {}
     try:
-        return Restarts(int((record or {}).get("total", 0)), list((record or {}).get("recent", [])))
+        return Restarts(
+            int(record.get("total", 0)),
+            list(record.get("recent", [])),
+            in_driver=int(record.get("in_driver", 0)),
+            # Written before restarts had kinds: every restart was the driver's.
+            last_kind=record.get("last_kind", "driver" if record.get("last_cause") else None),
+            last_cause=record.get("last_cause"),
+            last_at=record.get("at"),
+        )
     except (TypeError, ValueError):
         return Restarts()
 

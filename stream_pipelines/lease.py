@@ -52,6 +52,9 @@ class LeaseRecord:
     spark_app_id: str | None = None
     # Per query: last batch id, its input rows, its watermark and when it was reported.
     queries: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # How long the driver's current call into its JVM has gone unanswered (0 once answered): a frozen
+    # JVM cannot say so itself, and the Python side that renews the lease still runs.
+    jvm_silent_s: float = 0.0
 
     def heartbeat_age(self, now: float | None = None) -> float:
         return max((now or time.time()) - self.heartbeat_at, 0.0)
@@ -98,8 +101,13 @@ class Lease:
             return None
         data, version = found
         try:
-            return LeaseRecord(**json.loads(data)), version
-        except (ValueError, TypeError):
+            fields = json.loads(data)
+            # A field this version does not know (a newer driver's) is left out, not a broken lease.
+            known = {
+                name: value for name, value in fields.items() if name in LeaseRecord.__dataclass_fields__
+            }
+            return LeaseRecord(**known), version
+        except (ValueError, TypeError, AttributeError):
             # Half-written by a crashed writer cannot happen (atomic writes); a hand-edited file can.
             return LeaseRecord(
                 owner="unreadable", host="?", pid=-1, started_at=0.0, heartbeat_at=0.0
@@ -190,7 +198,9 @@ class LeaseKeeper:
     The heartbeat says the driver process lives; the queries' progress says whether Spark works. They
     are kept apart: progress is asked of the JVM on a thread of its own, and a JVM that does not answer
     (frozen, or in a GC spiral) leaves the last progress in the lease while the heartbeat goes on. The
-    supervisor's watchdog then sees a live driver whose batches stand still while data waits."""
+    supervisor's watchdog then sees a live driver whose batches stand still while data waits, and for
+    how long the JVM has not answered (``jvm_silent_s``): a frozen JVM is found in seconds, a live one
+    that makes no progress by the progress rule."""
 
     def __init__(self, lease: Lease, record: LeaseRecord, interval_s: float) -> None:
         self.lease, self.record, self.interval_s = lease, record, interval_s
@@ -200,7 +210,11 @@ class LeaseKeeper:
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"lease-{lease.app}", daemon=True)
         self._asked: threading.Thread | None = None
+        self._asked_at = 0.0
         self._answer: list[dict[str, dict[str, Any]]] = []
+        # When the lease was last renewed (this process's monotonic clock): a query restarted inside
+        # the driver must not start unless the lease is surely still this driver's.
+        self.renewed_at = time.monotonic()
 
     def follow(
         self, progress: Callable[[], dict[str, dict[str, Any]]], on_lost: Callable[[str], None]
@@ -215,6 +229,12 @@ class LeaseKeeper:
         self._thread.start()
         return self
 
+    def held_surely(self) -> bool:
+        """Whether no other driver can have taken the lease over: it is not lost, and its last renewal
+        is younger than the lease timeout by a heartbeat's margin."""
+        age = time.monotonic() - self.renewed_at
+        return self.lost is None and age < self.lease.timeout_s - self.interval_s
+
     def stop(self) -> None:
         self._stopping.set()
         self._thread.join(timeout=self.interval_s + 5)
@@ -226,6 +246,7 @@ class LeaseKeeper:
                 if progress is not None:
                     self.record.queries = progress
                 self.lease.renew(self.record)
+                self.renewed_at = time.monotonic()
             except LeaseLostError as error:
                 self.lost = str(error)
                 if self._on_lost is not None:
@@ -242,11 +263,15 @@ class LeaseKeeper:
         if self._asked is None:
             self._answer.clear()
             self._asked = threading.Thread(target=self._ask, name="lease-progress", daemon=True)
+            self._asked_at = time.monotonic()
             self._asked.start()
         self._asked.join(timeout=min(self.interval_s, 2.0))
         if self._asked.is_alive():
+            # The supervisor's watchdog reads this to tell a frozen JVM from a slow one.
+            self.record.jvm_silent_s = round(time.monotonic() - self._asked_at, 1)
             return None
         self._asked = None
+        self.record.jvm_silent_s = 0.0
         return self._answer[0] if self._answer else None
 
     def _ask(self) -> None:

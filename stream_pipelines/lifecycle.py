@@ -13,7 +13,8 @@
 - observe: the Prometheus exporter and the batch log follow the queries while they run, and the lease
   carries each query's last batch and end offsets (for the supervisor's watchdog);
 - stop or fail: a stop request (SIGTERM, SIGINT or the stop marker) drains the batch in flight; a failed
-  query stops the others;
+  query is restarted from its checkpoint inside the driver while the others run on (``recovery.py``),
+  and only when that gives up does it stop the others and end the driver;
 - record the exit: ``stopped``, ``finished`` or ``failed`` in the control store, and the exit code.
 """
 
@@ -43,7 +44,8 @@ from stream_pipelines.exit_codes import ExitCode
 from stream_pipelines.launch import CHECKED, StartRefused, start_checks
 from stream_pipelines.lease import Lease, LeaseHeldError, LeaseKeeper
 from stream_pipelines.metrics import MetricsExporter, MetricsPortInUseError
-from stream_pipelines.registry import App
+from stream_pipelines.recovery import QueryRecovery
+from stream_pipelines.registry import App, spark_query_name
 from stream_pipelines.registry import app as declared_app
 from stream_pipelines.runtime import clear_scratch, driver_started_at, get_spark, start_sink
 
@@ -103,7 +105,11 @@ def _run_owned(config: PipelineConfig, app: App, trigger: TriggerMode, keeper: L
     try:
         with observed(config, app, spark) as on_started:
             sinks = start_queries(config, app, spark)
-            return run_streams(config, app.name, sinks, trigger, on_started=on_started, lease=keeper).code
+            recovery = QueryRecovery.of(config, app.name, spark, keeper)
+            ended = run_streams(
+                config, app.name, sinks, trigger, on_started=on_started, lease=keeper, recovery=recovery
+            )
+            return ended.code
     except MetricsPortInUseError as error:
         # The lease already guards against a second driver: a taken port is a configuration problem.
         _log(app.name, str(error))
@@ -224,17 +230,24 @@ def run_streams(
     poll_s: float = 1.0,
     on_started: Callable[[list[StreamingQuery]], None] | None = None,
     lease: LeaseKeeper | None = None,
+    recovery: QueryRecovery | None = None,
 ) -> AppExit:
     """Own the app, run its queries until they finish (available-now), fail, or a stop is requested,
     and record how it ended.
 
-    ``OK`` after a finished or deliberate stop, ``QUERY_FAILED`` when a query died; the supervisor
-    relies on that difference. A deliberate stop drains the batch in flight first.
+    ``OK`` after a finished or deliberate stop, ``QUERY_FAILED`` when a query died and ``recovery``
+    (none: never) did not restart it inside the driver; the supervisor relies on that difference. A
+    deliberate stop drains the batch in flight first.
     """
 
     store = ControlStore(config)
     stop = StopRequest(store.stop_marker(app))
     stop.install_signal_handlers()
+    by_name = {spark_query_name(app, sink.name): sink for sink in sinks}
+
+    def restart(query: StreamingQuery) -> StreamingQuery:
+        return start_sink(config, app, by_name[query.name], trigger)
+
     queries = [start_sink(config, app, sink, trigger) for sink in sinks]
     store.mark_running(app)
     if lease is not None:
@@ -243,7 +256,10 @@ def run_streams(
         if on_started:
             on_started(queries)
         _log(app, f"started {len(queries)} queries ({trigger}): {', '.join(q.name for q in queries)}")
-        ended = _watch(app, queries, stop, trigger, poll_s, config.supervision.drain_timeout.seconds)
+        restarter = InDriverRestarts(app, recovery, restart, stop) if recovery is not None else None
+        ended = _watch(
+            app, queries, stop, trigger, poll_s, config.supervision.drain_timeout.seconds, restarter
+        )
         if stop.reason is not None:
             store.clear_stop(app)
         store.record_exit(app, ended.status, ended.detail)
@@ -292,6 +308,7 @@ def _watch(
     trigger: TriggerMode,
     poll_s: float,
     drain_timeout_s: float,
+    restarter: InDriverRestarts | None = None,
 ) -> AppExit:
     from pyspark.errors import StreamingQueryException
 
@@ -303,6 +320,12 @@ def _watch(
                     query.stop()
             _log(app, f"{stop.lease_lost}: stopped every query at once")
             return AppExit(ExitCode.OWNED_ELSEWHERE, "failed", stop.lease_lost)
+        if restarter is not None and _failed(queries) and not stop.requested():
+            # Restarted inside the driver, or given up on: then the failure below ends the app.
+            gave_up = restarter.recover(queries)
+            if gave_up is None or stop.lease_lost is not None:
+                continue  # all running again, or the lease lost: the top of the loop stops them all
+            return _failure(app, queries, gave_up) or AppExit(ExitCode.QUERY_FAILED, "failed", gave_up)
         failure = _failure(app, queries)
         if failure is not None:
             return failure
@@ -325,9 +348,14 @@ def _watch(
             queries[0].awaitTermination(poll_s)
 
 
-def _failure(app: str, queries: list[StreamingQuery]) -> AppExit | None:
-    """The first failed query as the app's exit (the others are stopped), or None."""
-    failed = [q for q in queries if not q.isActive and q.exception() is not None]
+def _failed(queries: list[StreamingQuery]) -> list[StreamingQuery]:
+    return [q for q in queries if not q.isActive and q.exception() is not None]
+
+
+def _failure(app: str, queries: list[StreamingQuery], gave_up: str | None = None) -> AppExit | None:
+    """The first failed query as the app's exit (the others are stopped), or None. ``gave_up``: why
+    the driver did not restart it itself."""
+    failed = _failed(queries)
     if not failed:
         return None
     for query in queries:
@@ -335,11 +363,66 @@ def _failure(app: str, queries: list[StreamingQuery]) -> AppExit | None:
             query.stop()
     for query in failed:
         _log(app, f"query {query.name} failed: {query.exception()}")
-    return AppExit(
-        ExitCode.QUERY_FAILED,
-        "failed",
-        f"query {failed[0].name} failed: {error_summary(failed[0].exception())}",
-    )
+    detail = f"query {failed[0].name} failed: {error_summary(failed[0].exception())}"
+    if gave_up is not None:
+        detail += f"; not restarted in the driver: {gave_up}"
+    return AppExit(ExitCode.QUERY_FAILED, "failed", detail)
+
+
+class InDriverRestarts:
+    """Restarts the app's failed queries from their checkpoints in this driver, as ``QueryRecovery``
+    decides, waiting its backoff while the other queries run on."""
+
+    def __init__(
+        self,
+        app: str,
+        recovery: QueryRecovery,
+        restart: Callable[[StreamingQuery], StreamingQuery],
+        stop: StopRequest,
+    ) -> None:
+        self.app, self.recovery, self.restart, self.stop = app, recovery, restart, stop
+
+    def recover(self, queries: list[StreamingQuery]) -> str | None:
+        """Restart every failed query in ``queries`` (replaced in place); None when each was, else why
+        the driver gives up (a failed query is then left in the list, for the exit to report)."""
+        for position, query in enumerate(queries):
+            if query.isActive or query.exception() is None:
+                continue
+            error = error_summary(query.exception())
+            while True:
+                decision = self.recovery.decide(query.name, error)
+                if not decision.restart:
+                    _log(
+                        self.app,
+                        f"query {query.name} failed: {error}; not restarted in the driver: {decision.why}",
+                    )
+                    return decision.why
+                _log(
+                    self.app,
+                    f"query {query.name} failed: {error}; restarting it from its checkpoint inside the "
+                    f"driver in {decision.delay_s:.0f}s ({decision.why})",
+                )
+                if not self._wait(decision.delay_s):
+                    return "a stop was asked, or the lease lost, before the restart"
+                if not self.recovery.may_start():
+                    return "the lease is not surely this driver's: no query may start"
+                try:
+                    queries[position] = self.restart(query)
+                except Exception as start_error:  # the store may still be away: decided again
+                    error = error_summary(start_error)
+                    continue
+                _log(self.app, f"query {query.name} restarted inside the driver (in-driver restart)")
+                break
+        return None
+
+    def _wait(self, seconds: float) -> bool:
+        """Sleep out the backoff; False when a stop is asked or the lease lost meanwhile."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.stop.lease_lost is not None or self.stop.requested():
+                return False
+            time.sleep(min(0.5, max(deadline - time.monotonic(), 0)))
+        return self.stop.lease_lost is None and not self.stop.requested()
 
 
 _ERROR_LINE = re.compile(r"^\s*(?:[\w$]+\.)*[\w$]*(?:Error|Exception)(?::\s.*)?$")

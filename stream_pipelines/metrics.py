@@ -162,7 +162,15 @@ METRICS: dict[str, MetricSpec] = {
             "pipeline_restarts_total",
             "counter",
             ("app",),
-            "Restarts recorded by the supervisor; kept in a file so it survives them",
+            "Restarts of the app: of its driver by the supervisor, and of a failed query inside its "
+            "running driver; kept in a file so it survives them",
+        ),
+        MetricSpec(
+            "pipeline_in_driver_restarts_total",
+            "counter",
+            ("app",),
+            "Failed queries restarted from their checkpoint inside the running driver (no new JVM); "
+            "also counted in pipeline_restarts_total",
         ),
         MetricSpec(
             "pipeline_watchdog_restarts_total",
@@ -463,7 +471,9 @@ class ProgressRecorder:
                     delay = state.stream_delay.get(stream)
                     if delay is not None:
                         add("pipeline_stream_watermark_seconds", (*labels, stream), newest - delay)
-        add("pipeline_restarts_total", (self.app,), self._control.restarts(self.app).total)
+        restarts = self._control.restarts(self.app)
+        add("pipeline_restarts_total", (self.app,), restarts.total)
+        add("pipeline_in_driver_restarts_total", (self.app,), restarts.in_driver)
         add("pipeline_watchdog_restarts_total", (self.app,), self._control.watchdog_restarts(self.app))
         yield from families.values()
 

@@ -7,10 +7,13 @@ renews on its own timer with each query's last batch and end offsets) and calls 
 - its heartbeat is fresh but a query's batch id has not moved for ``watchdog_triggers`` trigger
   intervals (never less than ``watchdog_min_window``) while offsets wait in that query's source; an
   idle source is not a stall, so the clock restarts whenever nothing waits;
+- or its heartbeat is fresh but its JVM has not answered the driver's call for ``jvm_answer_timeout``
+  (a ``SIGSTOP``, a pause that never ends): *frozen*, found in seconds rather than a watchdog window;
 - or its heartbeat is stale (older than ``lease_timeout``) while the driver's process still exists.
 
-The verdict is a sentence for the task log and the restart's cause. What to do about it (a graceful
-stop, the drain timeout, then a kill of the driver's process group) is the supervisor's part.
+The verdict is a sentence for the task log and the restart's cause, and ``frozen`` says whether the
+JVM can still drain. What to do about it (a graceful stop, the drain timeout, then a kill of the
+driver's process group; at once for a frozen JVM) is the supervisor's part.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ class WatchdogSettings:
     lease_timeout_s: float
     # How often the watchdog reads the lease (the drivers renew it as often).
     heartbeat_s: float = 5.0
+    jvm_answer_timeout_s: float = 15.0
 
     @classmethod
     def of(cls, config: PipelineConfig, app: str) -> WatchdogSettings:
@@ -50,6 +54,7 @@ class WatchdogSettings:
             window_s=max(supervision.watchdog_triggers * trigger_s, supervision.watchdog_min_window.seconds),
             lease_timeout_s=supervision.lease_timeout.seconds,
             heartbeat_s=supervision.heartbeat_interval.seconds,
+            jvm_answer_timeout_s=supervision.jvm_answer_timeout.seconds,
         )
 
 
@@ -69,6 +74,8 @@ class Watchdog:
         self._clocks: dict[str, _QueryClock] = {}
         # A heartbeat is not judged before this moment (the supervisor's clock): set after an outage.
         self._heartbeat_judged_from = float("-inf")
+        # Whether the last verdict was a frozen JVM, which cannot drain: stopped without asking.
+        self.frozen = False
 
     def store_answered(self, silent_s: float, now: float | None = None) -> bool:
         """Told at each read of the lease that returns: the store had not answered the watchdog for
@@ -92,7 +99,16 @@ class Watchdog:
             # yet): nothing hangs, and the next owner's clocks start afresh.
             self._clocks.clear()
             return None
+        self.frozen = False
         age = record.heartbeat_age()
+        silent_s = record.jvm_silent_s
+        if age < self.settings.lease_timeout_s and silent_s >= self.settings.jvm_answer_timeout_s:
+            self.frozen = True
+            return (
+                f"its JVM has not answered for {silent_s:.0f}s (jvm_answer_timeout "
+                f"{self.settings.jvm_answer_timeout_s:.0f}s) while the driver (pid {record.pid} on "
+                f"{record.host}) renews its lease: frozen"
+            )
         if age >= self.settings.lease_timeout_s and now >= self._heartbeat_judged_from:
             if driver_exists is None:
                 return None  # on another host: the supervisor can neither tell nor act

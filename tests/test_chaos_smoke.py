@@ -73,9 +73,25 @@ def test_a_killed_task_runner_is_retried_and_adopts_the_orphaned_driver(smoke):
 
 
 @pytest.mark.timeout(60)
-def test_a_frozen_driver_is_stopped_by_the_watchdog(smoke):
+def test_a_frozen_driver_is_found_by_its_silent_jvm_and_killed_without_a_drain(smoke):
     report, _ = smoke
     freeze = faults_by_class(report)["driver-freeze"]
     assert freeze["watchdog_kills"] >= 1, freeze
     assert freeze["restarts"] >= 1, freeze
+    verdicts = [
+        line for line in report["log_lines"]["raw_archive"] if line.startswith("watchdog: raw_archive")
+    ]
+    assert any("JVM has not answered" in line and "killing it at once" in line for line in verdicts), verdicts
     assert freeze["expectations"] == [], freeze
+    print(f"\ndriver-freeze: SIGSTOP to the next committed batch {freeze['next_batch_s']}s")
+
+
+@pytest.mark.timeout(60)
+def test_a_failed_query_is_restarted_inside_its_driver_and_the_task_log_says_so(smoke):
+    report, _ = smoke
+    failure = faults_by_class(report)["query-failure"]
+    assert failure["in_driver_restarts"] >= 1 and failure["restarts"] >= 1, failure
+    assert failure["new_drivers"] == 0 and failure["watchdog_kills"] == 0, failure
+    lines = report["log_lines"]["raw_archive"]
+    assert any("restarted inside the driver" in line for line in lines), lines
+    print(f"\nquery-failure: the refused write to the next committed batch {failure['next_batch_s']}s")

@@ -119,3 +119,95 @@ def test_a_second_run_of_a_running_app_refuses_and_the_first_is_unaffected(broke
         first.wait(180)
     assert first.returncode == 0
     assert Lease(config, APP).read() is None, "a graceful stop releases the lease"
+
+
+def test_a_failed_query_restarts_inside_the_driver_while_the_others_run_on_until_it_keeps_failing(
+    spark, make_overrides, tmp_path: Path
+):
+    """In-driver recovery, on the real Spark session: a query whose batch fails is restarted from its
+    checkpoint in the same driver (the batch redone, nothing lost), counted once as an in-driver
+    restart, while the app's other query runs on untouched; once it keeps failing past
+    supervision.in_driver_restarts, the driver gives up and exits QUERY_FAILED saying why."""
+    from stream_pipelines.recovery import QueryRecovery
+
+    replay = Replay(tmp_path / "replay")
+    config = make_overrides_config(
+        make_overrides(
+            *files_source_overrides(replay.root),
+            "archive.trigger=1 seconds",
+            "supervision.retry_delay=1 seconds",
+            "supervision.in_driver_restarts=2",
+            "supervision.max_restarts=10",
+        )
+    )
+    store = ControlStore(config)
+    calls: list[tuple[int, list[str], str]] = []
+    other_rows: list[str] = []
+    fail_always = threading.Event()
+
+    def ids(batch) -> list[str]:
+        return sorted(row.value.decode() for row in batch.select("value").collect())
+
+    def failing_sink(batch, batch_id: int) -> None:
+        first_try_of_batch_1 = batch_id == 1 and not any(b == 1 for b, _, _ in calls)
+        failed = first_try_of_batch_1 or fail_always.is_set()
+        calls.append((batch_id, ids(batch), "failed" if failed else "ok"))
+        if failed:
+            raise RuntimeError(f"storage refused the write of batch {batch_id}")
+
+    def other_sink(batch, _batch_id: int) -> None:
+        other_rows.extend(ids(batch))
+
+    replay.batch("sensors", ['{"event_id": "a"}'])
+    raw = read_raw(spark, config, [config.kafka.topics.sensors])
+    sinks = [
+        StreamSink(name="archive", frame=raw, foreach_batch=failing_sink),
+        StreamSink(name="copy", frame=raw, foreach_batch=other_sink),
+    ]
+    live: list = []
+    outcome: dict = {}
+    recovery = QueryRecovery.of(config, APP, spark, None)
+
+    def run() -> None:
+        outcome["exit"] = run_streams(
+            config, APP, sinks, "processing", on_started=live.append, recovery=recovery
+        )
+
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
+    try:
+        wait_for(lambda: any(b == 0 and s == "ok" for b, _, s in calls), 300, "the first batch")
+        archive, copy = live[0]
+        copy_run = copy.runId
+        replay.batch("sensors", ['{"event_id": "b"}'])
+        wait_for(lambda: any(b == 1 and s == "ok" for b, _, s in calls), 120, "batch 1 redone in the driver")
+        assert [(b, rows, s) for b, rows, s in calls if b == 1] == [
+            (1, ['{"event_id": "b"}'], "failed"),
+            (1, ['{"event_id": "b"}'], "ok"),
+        ]
+        restarted = live[0][0]
+        assert restarted is not archive and restarted.isActive and restarted.id == archive.id
+        assert copy.isActive and copy.runId == copy_run and copy.exception() is None, "the other query ran on"
+        restarts = store.restarts(APP)
+        assert (restarts.total, restarts.in_driver, restarts.last_kind) == (1, 1, "in-driver")
+        assert "storage refused the write of batch 1" in restarts.last_cause
+
+        fail_always.set()
+        replay.batch("sensors", ['{"event_id": "c"}'])
+        runner.join(180)
+        assert not runner.is_alive(), "the driver did not give up on a query that keeps failing"
+    finally:
+        if runner.is_alive():
+            store.request_stop(APP)
+            runner.join(120)
+    ended = outcome["exit"]
+    assert ended.code == ExitCode.QUERY_FAILED
+    assert "not restarted in the driver" in ended.detail and "already restarted 2 times" in ended.detail
+    assert [s for b, _, s in calls if b == 2] == ["failed", "failed"]
+    assert store.restarts(APP).in_driver == 2
+    assert store.last_exit(APP)["status"] == "failed"
+    assert sorted(set(other_rows)) == sorted(other_rows) and {
+        '{"event_id": "a"}',
+        '{"event_id": "b"}',
+        '{"event_id": "c"}',
+    } <= set(other_rows)

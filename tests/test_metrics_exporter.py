@@ -454,6 +454,12 @@ def test_restarts_survive_in_a_file_and_are_exported(spark: SparkSession, tmp_pa
         assert scrape(exporter.url or "").value("pipeline_watchdog_restarts_total", app=APP) == 0
         store.record_watchdog_restart(APP, "no progress for 6 triggers while 400 offsets wait")
         assert scrape(exporter.url or "").value("pipeline_watchdog_restarts_total", app=APP) == 1
+        # A query restarted inside its driver is a restart too, and counted apart as well.
+        assert scrape(exporter.url or "").value("pipeline_in_driver_restarts_total", app=APP) == 0
+        store.record_restart(APP, cause="query failed: IOException", kind="in-driver")
+        scraped = scrape(exporter.url or "")
+        assert scraped.value("pipeline_in_driver_restarts_total", app=APP) == 1
+        assert scraped.value("pipeline_restarts_total", app=APP) == 11
 
 
 # --------------------------------------------------------------------------- Kafka sources

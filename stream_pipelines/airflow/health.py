@@ -35,7 +35,7 @@ import yaml
 
 from stream_pipelines import store
 from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
-from stream_pipelines.control import AppStatus, ControlStore, app_status
+from stream_pipelines.control import AppStatus, ControlStore, Restarts, app_status
 from stream_pipelines.lease import Lease, LeaseRecord
 from stream_pipelines.procfs import process_exists
 from stream_pipelines.registry import APP_NAMES, APPS, spark_query_name
@@ -235,6 +235,8 @@ class AppRow:
     restarts_in_window: int = 0
     restart_limit: int = 0
     restart_window: str = ""
+    # The last restart: the driver's (a new JVM) or a query's inside its driver, and its cause.
+    last_restart: str | None = None
     partitions: list[PartitionTime] = field(default_factory=list)
     metrics_source: str = ""
     metrics_unreachable: str | None = None
@@ -343,6 +345,7 @@ def app_row(
     prometheus: Mapping[str, Mapping[str, float]] | None,
     prometheus_error: str,
     alerts: list[dict[str, Any]],
+    last_restart: str | None = None,
     lag_factor: float | None,
     now: float,
 ) -> AppRow:
@@ -367,6 +370,7 @@ def app_row(
         restarts_in_window=len(recent),
         restart_limit=config.supervision.max_restarts,
         restart_window=duration_text(window.seconds),
+        last_restart=last_restart,
         metrics_source=metrics_url(config, app),
         metrics_unreachable=metrics_error if samples is None else None,
         alerts=[a for a in alerts if a.get("labels", {}).get("app") == app],
@@ -571,9 +575,13 @@ def collect(
             metrics_error = f"unreachable: {error}"
         lease = Lease(config, app)
         try:
-            status, record, restarts = app_status(config, app), lease.read(), control.restarts(app).recent
+            status, record, restarts = app_status(config, app), lease.read(), control.restarts(app)
         except (OSError, StoreError) as error:  # the control store or the lease's store does not answer
-            status, record, restarts = AppStatus(app, "unreachable", f"control store: {error}"), None, []
+            status, record, restarts = (
+                AppStatus(app, "unreachable", f"control store: {error}"),
+                None,
+                Restarts(),
+            )
         driver_exists = None if record is None or record.host != lease.host else process_exists(record.pid)
         try:
             committed = last_committed(config, app)
@@ -589,7 +597,8 @@ def collect(
                 exposition=exposition,
                 metrics_error=metrics_error,
                 committed=committed,
-                restart_times=restarts,
+                restart_times=restarts.recent,
+                last_restart=restarts.describe_last(),
                 prometheus=prometheus,
                 prometheus_error=prometheus_error,
                 alerts=alerts,

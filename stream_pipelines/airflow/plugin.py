@@ -237,7 +237,9 @@ def _app_row(row: health.AppRow, focus: bool) -> str:
         ]
     restarts = _tag(
         "td",
-        f"{row.restarts_in_window} / {row.restart_limit}" + _small(f"in {_e(row.restart_window)}"),
+        f"{row.restarts_in_window} / {row.restart_limit}"
+        + _small(f"in {_e(row.restart_window)}")
+        + (_small(f"last: {_e(row.last_restart)}") if row.last_restart else ""),
         class_="num bad" if row.restarts_in_window >= row.restart_limit else "num",
         data_field="restarts",
     )

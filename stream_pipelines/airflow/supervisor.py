@@ -69,20 +69,25 @@ class SupervisorRetryPolicy(RetryPolicy):
                 cause=cause,
                 limit=settings.max_restarts,
                 window=timedelta(seconds=settings.crash_loop_window.seconds),
+                kind="driver",
             )
         except CrashLoopError as error:
             return RetryDecision.fail(reason=str(error))
         # Keyed on the restarts within the crash-loop window, not on the try number: a supervisor run
         # lasts as long as the app streams, so its try number counts every crash since it began, and a
-        # crash after weeks of quiet would wait as long as the fifth of a crash loop.
-        base = settings.retry_delay.seconds * settings.backoff_multiplier ** max(restarts - 1, 0)
-        # Full jitter on top of the base spreads restarts of several apps that failed together.
-        delay = min(base * (1 + random.random()), settings.max_retry_delay.seconds)
+        # crash after weeks of quiet would wait as long as the fifth of a crash loop. Full jitter on
+        # top of the base spreads restarts of several apps that failed together.
+        delay = settings.restart_delay(restarts, random.random())
+        if restarts == 1 and exit_code is not None and exit_code < 0:
+            # A driver killed by a signal (kill -9, the OOM killer, its host going down) is a JVM's
+            # death, which no wait mends; a failing query was already restarted inside the driver. So
+            # the first restart within the window is at once; a second backs off as any.
+            delay = 0.0
         return RetryDecision.retry(
             delay=timedelta(seconds=delay),
             reason=(
-                f"{self.app} crashed ({cause}); "
-                f"restart {restarts} within the window, from its checkpoint in {delay:.0f}s"
+                f"{self.app} crashed ({cause}); driver restart {restarts} within the window, "
+                f"from its checkpoint in {delay:.0f}s"
             ),
         )
 
@@ -329,7 +334,7 @@ class _WatchdogThread:
                 verdict = watchdog.look(record, driver_exists, answered)
                 if verdict is not None:
                     self.busy, self.verdict = True, verdict
-                    self._restart(verdict)
+                    self._restart(verdict, can_drain=not watchdog.frozen)
                     return
         except Exception as error:
             # The watchdog must never be what ends a healthy app's supervision.
@@ -337,13 +342,22 @@ class _WatchdogThread:
         finally:
             backlog.close()
 
-    def _restart(self, verdict: str) -> None:
+    def _restart(self, verdict: str, can_drain: bool) -> None:
         app, log = self.operator.app, self.operator.log
         store = ControlStore(self.config)
-        drain_s = self.config.supervision.drain_timeout.seconds
-        log.error("watchdog: %s is stuck: %s; asking it to stop (drain timeout %.0fs)", app, verdict, drain_s)
+        # A frozen JVM cannot drain: asking it to would only add the drain timeout to the outage.
+        drain_s = self.config.supervision.drain_timeout.seconds if can_drain else 0.0
+        if can_drain:
+            log.error(
+                "watchdog: %s is stuck: %s; asking it to stop (drain timeout %.0fs)", app, verdict, drain_s
+            )
+        else:
+            log.error(
+                "watchdog: %s is stuck: %s; killing it at once (a frozen JVM cannot drain)", app, verdict
+            )
         store.record_watchdog_restart(app, verdict)
-        store.request_stop(app)
+        if can_drain:
+            store.request_stop(app)
         try:
             group = self.group()
             if group is None:

@@ -11,7 +11,11 @@ produces, it injects faults drawn at random (seeded) from six classes:
   adopt the orphaned driver, not start a second one);
 - ``scheduler-restart``: the scheduler stopped (SIGTERM to its group) and started again;
 - ``driver-freeze``: SIGSTOP of a driver JVM for longer than the supervisor's watchdog window, then
-  SIGCONT (the watchdog must stop it and the supervisor restart it from its checkpoint);
+  SIGCONT (the watchdog must find the JVM silent, kill it, and the supervisor restart it from its
+  checkpoint);
+- ``query-failure`` (local store): one query's next checkpoint write refused, as a store refuses one
+  write in an outage (a folder where the offset log's next entry goes), taken away once the query has
+  failed: the driver must restart the query itself, with no new driver;
 - ``broker-restart``: the Kafka broker stopped (controlled shutdown) and started again;
 - ``storage-outage`` (with ``--store``): the store gone for 30-60 s under every app: the NameNode
   stopped and started again, or the S3 server frozen (moto keeps objects in memory, so a restart would
@@ -84,6 +88,7 @@ FAULT_CLASSES = (
     "driver-freeze",
     "broker-restart",
     "storage-outage",
+    "query-failure",
 )
 FAULT_LABELS = {
     "driver-kill": "kill -9 of a driver's process group",
@@ -92,12 +97,15 @@ FAULT_LABELS = {
     "driver-freeze": "SIGSTOP of a driver JVM past the watchdog window, then SIGCONT",
     "broker-restart": "restart of the Kafka broker",
     "storage-outage": "the store down for 30-60 s: NameNode stopped and started, or S3 server frozen",
+    "query-failure": "one query's next checkpoint write refused until it fails (recovered in the driver)",
 }
 # Where the stack keeps its data root: the local disk, or a store server it starts on loopback.
 STORES = ("local", "hdfs", "s3")
 STORE_FAULTS = {"storage-outage"}
+# Injected by a folder on the local disk, where the store keeps the checkpoints.
+LOCAL_FAULTS = {"query-failure"}
 OUTAGE_S = (30.0, 60.0)
-APP_FAULTS = {"driver-kill", "runner-kill", "driver-freeze"}
+APP_FAULTS = {"driver-kill", "runner-kill", "driver-freeze", "query-failure"}
 S3_BUCKET = "pipeline-chaos"
 TRIGGER_S = 3
 # Short supervision timings, so that 20 faults fit in half an hour; the guard must not trip during them.
@@ -504,6 +512,8 @@ class TaskLogs:
         "adoptions": r"^adopting {app}:",
         "watchdog": r"^watchdog: {app} is stuck:",
         "starts": r"^starting {app} on ",
+        # The driver's own line, streamed into the task log by spark-submit's hook.
+        "in_driver_logged": r"^\[[^\]]+\] {app}: query \S+ restarted inside the driver",
     }
 
     def __init__(self, home: Path, apps: Sequence[str]) -> None:
@@ -547,7 +557,15 @@ class FaultResult:
     at: str
     recovered: bool = False
     next_batch_s: float | None = None
+    # From the fault to the first new spark-submit seen (sampled each second): supervision's share of a
+    # driver restart; the rest of next_batch_s is the new driver's own cold start and first batch.
+    new_driver_s: float | None = None
+    # query-failure: from the fault to the query's failure (its next batch's refused write); the rest of
+    # next_batch_s is the recovery's.
+    query_failed_s: float | None = None
     restarts: int = 0
+    # Of the restarts, the failed queries restarted inside their driver (no new JVM).
+    in_driver_restarts: int = 0
     adoptions: int = 0
     watchdog_kills: int = 0
     new_drivers: int = 0
@@ -637,16 +655,26 @@ class Chaos:
         say(f"fault {number:>2} {fault:<17} {result.target}")
         recovered_at: dict[str, float | None] = {}
         deadline = time.monotonic() + self.recover_timeout_s
+        # Recovered means a batch committed after the fault took hold: for a query failure, after the
+        # query failed (the batch before it may commit after the fault was laid).
+        since = moment + (result.query_failed_s or 0.0)
         # Nothing to recover from a fault that was not injected: no wait of recover_timeout for it.
         for name in scope if injected else []:
             remaining = max(deadline - time.monotonic(), 1)
             settled = self.wait(
-                lambda name=name: self.healthy(name, moment)
+                lambda name=name: self.healthy(name, since)
                 and self._settled(fault, name, tasks_before, before),
                 remaining,
             )
-            recovered_at[name] = committed_since(self.config, name, moment) if settled else None
+            recovered_at[name] = committed_since(self.config, name, since) if settled else None
         result.recovered = injected and all(at is not None for at in recovered_at.values())
+        launched = [
+            self.sampler.first_seen(pid)
+            for name in scope
+            for pid in self.sampler.driver_pids(name, True) - pids_before[name]
+        ]
+        if launched:
+            result.new_driver_s = round(min(launched) - moment, 1)
         if result.recovered:
             result.next_batch_s = round(max(at - moment for at in recovered_at.values() if at), 1)
         elif injected:
@@ -719,15 +747,59 @@ class Chaos:
         pid = self._driver(app)
         hold_s = self.stack.watchdog_window_s(app) + 30
         os.kill(pid, signal.SIGSTOP)
+        frozen_at = time.monotonic()
         say(f"fault    driver-freeze     {app}: SIGSTOP of driver JVM pid {pid}, SIGCONT in {hold_s:.0f}s")
-        time.sleep(hold_s)
-        outcome = "already gone (killed while frozen)"
+        # Held past the watchdog's window, unless the watchdog kills it first (by its silent JVM).
+        self.wait(lambda: not alive(pid), hold_s)
+        outcome = f"already gone after {time.monotonic() - frozen_at:.0f}s (killed while frozen)"
         if alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
             outcome = "SIGCONT sent"
         result.notes.append(f"after {hold_s:.0f}s: {outcome}")
         return f"{app}: SIGSTOP of driver JVM pid {pid} for {hold_s:.0f}s, then {outcome}"
+
+    def _query_failure(self, app: str, result: FaultResult) -> str:
+        """A folder where one query's next offset-log entry goes: Spark's write of it is refused (the
+        file cannot be renamed over a folder), the query fails before its batch writes anything, and
+        the folder goes as soon as the failure is recorded, before the driver's restart of the query."""
+        if self.stack.store != "local":
+            raise RuntimeError("the query-failure fault blocks a checkpoint write on the local disk")
+        query = self.rng.choice(APPS[app].query_names)
+        offsets = Path(self.config.checkpoint_dir(app, query)) / "offsets"
+        control = ControlStore(self.config)
+        # The failure shows as an in-driver restart, or (in-driver recovery turned off) as the driver's
+        # exit record, written as it gives up, before the supervisor counts the restart.
+        restarts_before, exit_before = control.restarts(app).total, control.exit_recorded_at(app) or 0.0
+
+        def query_failed() -> bool:
+            exited = (control.exit_recorded_at(app) or 0.0) > exit_before
+            return exited or control.restarts(app).total > restarts_before
+
+        latest = max((int(name.name) for name in offsets.iterdir() if name.name.isdigit()), default=-1)
+        for batch in (latest + 1, latest + 2):
+            block = offsets / str(batch)
+            try:
+                block.mkdir()
+                break
+            except FileExistsError:
+                continue  # written meanwhile: the one after
+        else:
+            raise RuntimeError(f"{app}.{query}: batches {latest + 1} and {latest + 2} were written meanwhile")
+        blocked_at = time.time()
+        try:
+            failed = self.wait(query_failed, 120, poll_s=0.2)
+        finally:
+            block.rmdir()
+        if failed:
+            # Measured from when the failure was recorded, at most a poll after it.
+            result.query_failed_s = round(time.time() - blocked_at, 1)
+        result.notes.append(
+            f"{app}.{query} batch {batch} refused; " + ("failed" if failed else "did not fail")
+        )
+        if not failed:
+            result.expectations.append(f"{app}.{query} did not fail, or no restart was recorded")
+        return f"{app}: offset log entry {batch} of {query} refused until the query failed"
 
     def _scheduler_restart(self, result: FaultResult) -> str:
         old = self.stack.pid("airflow-scheduler")
@@ -808,7 +880,11 @@ class Chaos:
     def _counters(self) -> dict[str, dict[str, int]]:
         store = ControlStore(self.config)
         counts = self.logs.refresh()
-        return {app: {**counts[app], "restarts": store.restarts(app).total} for app in self.stack.apps}
+        return {
+            app: {**counts[app], "restarts": restarts.total, "in_driver": restarts.in_driver}
+            for app in self.stack.apps
+            for restarts in [store.restarts(app)]
+        }
 
     def _account(self, result: FaultResult, before: dict, pids_before: dict, scope: list[str]) -> None:
         """What happened between this fault and the next (or the end): attributed to this fault."""
@@ -823,14 +899,18 @@ class Chaos:
         after = self._counters()
         for app in self.stack.apps:
             result.restarts += after[app]["restarts"] - before[app]["restarts"]
+            result.in_driver_restarts += after[app]["in_driver"] - before[app]["in_driver"]
             result.adoptions += after[app]["adoptions"] - before[app]["adoptions"]
             result.watchdog_kills += after[app]["watchdog"] - before[app]["watchdog"]
             result.new_drivers += len(self.sampler.driver_pids(app, True) - pids_before[app])
         self._expect(result, scope)
         mark = "ok" if result.ok else "FAILED"
         said = f"next batch {result.next_batch_s}s" if result.recovered else "NOT RECOVERED"
+        if result.new_driver_s is not None:
+            said += f" (new spark-submit after {result.new_driver_s}s)"
         say(
-            f"   -> {mark}: {said}, restarts {result.restarts}, adoptions {result.adoptions}, "
+            f"   -> {mark}: {said}, restarts {result.restarts} (in the driver {result.in_driver_restarts}), "
+            f"adoptions {result.adoptions}, "
             f"watchdog kills {result.watchdog_kills}, new drivers {result.new_drivers}"
             + "".join(f"; {text}" for text in [*result.notes, *result.expectations])
         )
@@ -847,6 +927,13 @@ class Chaos:
             result.expectations.append("no restart recorded after the driver was killed")
         if result.fault == "driver-freeze" and result.watchdog_kills < 1:
             result.expectations.append("the watchdog did not stop the frozen driver")
+        if result.fault == "query-failure" and self.config.supervision.in_driver_restarts > 0:
+            if result.in_driver_restarts < 1:
+                result.expectations.append("the failed query was not restarted inside its driver")
+            if result.new_drivers:
+                result.expectations.append(
+                    f"{result.new_drivers} new driver(s) for a query the driver could restart"
+                )
 
     # ---- the run
 
@@ -862,16 +949,23 @@ class Chaos:
 
 
 def fault_classes(chosen: str | None, store: str) -> tuple[str, ...]:
-    """The classes asked for, or every class the store allows (a local disk has no server to stop)."""
+    """The classes asked for, or every class the store allows (a local disk has no server to stop; a
+    query failure is injected on the local disk)."""
     if chosen is not None:
         return tuple(c for c in chosen.split(",") if c)
-    return tuple(c for c in FAULT_CLASSES if store != "local" or c not in STORE_FAULTS)
+    excluded = STORE_FAULTS if store == "local" else LOCAL_FAULTS
+    return tuple(c for c in FAULT_CLASSES if c not in excluded)
 
 
 def draw_schedule(
-    rng: random.Random, faults: int, classes: Sequence[str], apps: Sequence[str], each_once: bool
+    rng: random.Random,
+    faults: int,
+    classes: Sequence[str],
+    apps: Sequence[str],
+    each_once: bool,
+    rounds: int = 1,
 ) -> list[tuple[str, str | None]]:
-    chosen = list(classes) if each_once else [rng.choice(list(classes)) for _ in range(faults)]
+    chosen = list(classes) * rounds if each_once else [rng.choice(list(classes)) for _ in range(faults)]
     return [(fault, rng.choice(list(apps)) if fault in APP_FAULTS else None) for fault in chosen]
 
 
@@ -955,6 +1049,7 @@ def fault_table(results: list[FaultResult]) -> list[dict[str, Any]]:
         if not of_class:
             continue
         times = [r.next_batch_s for r in of_class if r.next_batch_s is not None]
+        launches = [r.new_driver_s for r in of_class if r.new_driver_s is not None]
         rows.append(
             {
                 "class": fault,
@@ -962,7 +1057,9 @@ def fault_table(results: list[FaultResult]) -> list[dict[str, Any]]:
                 "recovered": sum(r.recovered for r in of_class),
                 "next_batch_median_s": round(statistics.median(times), 1) if times else None,
                 "next_batch_max_s": max(times) if times else None,
+                "new_driver_median_s": round(statistics.median(launches), 1) if launches else None,
                 "restarts": sum(r.restarts for r in of_class),
+                "in_driver": sum(r.in_driver_restarts for r in of_class),
                 "adoptions": sum(r.adoptions for r in of_class),
                 "watchdog_kills": sum(r.watchdog_kills for r in of_class),
                 "new_drivers": sum(r.new_drivers for r in of_class),
@@ -975,7 +1072,9 @@ def fault_table(results: list[FaultResult]) -> list[dict[str, Any]]:
 def render_table(rows: list[dict[str, Any]]) -> str:
     header = (
         f"{'fault class':<18} {'count':>5} {'recovered':>9} {'next batch s (median / max)':>28} "
-        f"{'restarts':>8} {'adoptions':>9} {'watchdog kills':>14} {'new drivers':>11} {'failed':>6}"
+        f"{'new driver s':>12} "
+        f"{'restarts':>8} {'in driver':>9} {'adoptions':>9} {'watchdog kills':>14} {'new drivers':>11} "
+        f"{'failed':>6}"
     )
     lines = [header, "-" * len(header)]
     for row in rows:
@@ -983,7 +1082,8 @@ def render_table(rows: list[dict[str, Any]]) -> str:
         most = "-" if row["next_batch_max_s"] is None else f"{row['next_batch_max_s']:.1f}"
         lines.append(
             f"{row['class']:<18} {row['count']:>5} {row['recovered']:>9} {median + ' / ' + most:>28} "
-            f"{row['restarts']:>8} {row['adoptions']:>9} {row['watchdog_kills']:>14} "
+            f"{'-' if row['new_driver_median_s'] is None else row['new_driver_median_s']:>12} "
+            f"{row['restarts']:>8} {row['in_driver']:>9} {row['adoptions']:>9} {row['watchdog_kills']:>14} "
             f"{row['new_drivers']:>11} "
             f"{row['failed']:>6}"
         )
@@ -1039,6 +1139,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--each-once", action="store_true", help="one fault of each class, in order (the smoke)"
     )
     parser.add_argument(
+        "--rounds", type=int, default=1, help="with --each-once: the classes in order this many times"
+    )
+    parser.add_argument(
         "--stop-orphans", action="store_true", help="after an adoption, stop the orphan gracefully"
     )
     parser.add_argument(
@@ -1078,12 +1181,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"chaos: unknown app or fault class: {', '.join(unknown)}")
     if args.store == "local" and STORE_FAULTS & set(classes):
         raise SystemExit("chaos: storage-outage needs a store server to stop: add --store hdfs or --store s3")
+    if args.store != "local" and LOCAL_FAULTS & set(classes):
+        raise SystemExit(
+            "chaos: query-failure blocks a checkpoint write on the local disk: leave out --store"
+        )
     # A SIGTERM (a timeout, a CI cancel) still tears the private stack down and writes what was seen.
     signal.signal(signal.SIGTERM, _interrupt)
     # The verification's Spark session stays on loopback, like everything else of the stack.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     rng = random.Random(args.seed)
-    schedule = draw_schedule(rng, args.faults, classes, apps, args.each_once)
+    schedule = draw_schedule(rng, args.faults, classes, apps, args.each_once, args.rounds)
     stack = Stack(
         args.root.resolve(),
         apps,

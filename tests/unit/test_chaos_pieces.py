@@ -94,11 +94,18 @@ def test_the_runner_of_an_adopted_driver_is_found_by_its_task_instance_id():
     assert task_runner(processes, None) is None
 
 
-def test_the_storage_outage_is_drawn_only_on_a_store_with_a_server_to_stop():
+def test_the_storage_outage_is_drawn_only_on_a_store_with_a_server_and_the_query_failure_on_the_local_disk():
     assert "storage-outage" not in fault_classes(None, "local")
     assert set(fault_classes(None, "local")) == set(FAULT_CLASSES) - {"storage-outage"}
-    assert fault_classes(None, "hdfs") == fault_classes(None, "s3") == FAULT_CLASSES
+    remote = set(FAULT_CLASSES) - {"query-failure"}
+    assert set(fault_classes(None, "hdfs")) == set(fault_classes(None, "s3")) == remote
     assert fault_classes("storage-outage,driver-kill", "s3") == ("storage-outage", "driver-kill")
+
+
+def test_a_query_failure_asked_of_a_store_server_is_refused_before_anything_starts(tmp_path):
+    with pytest.raises(SystemExit, match="query-failure blocks a checkpoint write on the local disk"):
+        main(["--classes", "query-failure", "--store", "s3", "--root", str(tmp_path / "stack")])
+    assert not (tmp_path / "stack").exists()
 
 
 def test_a_storage_outage_asked_of_the_local_disk_is_refused_before_anything_starts(tmp_path):

@@ -350,3 +350,24 @@ def test_the_rendered_page_reloads_itself_fetches_nothing_external_and_escapes_w
     assert "<script>alert(1)</script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert f'<tr data-app="{APP}" class="focus">' in html
     assert health.app_of_dag("nightly_reconciliation") is None
+
+
+def test_the_page_says_which_kind_of_restart_came_last_and_why(tmp_path):
+    """A query restarted inside its driver and a driver restarted by its supervisor read differently."""
+    from stream_pipelines.airflow.plugin import render_page
+
+    closed = free_port()
+    config = config_at(tmp_path, *(f"metrics.ports.{app}={closed}" for app in APP_NAMES))
+    control = ControlStore(config)
+    control.record_restart(APP, cause="spark-submit exited with code 3", kind="driver")
+    control.record_restart(APP, cause=f"query {APP}.tumbling failed: IOException <disk>", kind="in-driver")
+    page = health.collect(config)
+    [row] = [row for row in page.rows if row.app == APP]
+    assert row.restarts_in_window == 2
+    assert row.last_restart.startswith("query restarted inside the driver at ")
+    assert row.last_restart.endswith(f"query {APP}.tumbling failed: IOException <disk>")
+    html = render_page(page, focus=None)
+    assert "last: query restarted inside the driver at " in html and "IOException &lt;disk&gt;" in html
+    control.record_restart(APP, cause="spark-submit exited with code -9, killed by signal 9", kind="driver")
+    [row] = [row for row in health.collect(config).rows if row.app == APP]
+    assert row.last_restart.startswith("driver restarted at ") and "killed by signal 9" in row.last_restart

@@ -172,26 +172,29 @@ def test_a_file_url_lease_is_kept_in_that_folder(tmp_path):
     assert (tmp_path / "ck" / APP / "lease.json").is_file()
 
 
-def test_a_frozen_jvm_keeps_the_heartbeat_and_leaves_the_last_progress(config):
+def test_a_frozen_jvm_keeps_the_heartbeat_leaves_the_last_progress_and_says_how_long_it_is_silent(config):
     """Progress is asked of the JVM apart from the heartbeat: a JVM that stops answering must show as
-    a live driver whose batches stand still (the watchdog's no-progress case), not as a dead one."""
+    a live driver whose batches stand still, not as a dead one, and the lease says for how long the
+    JVM has not answered (the watchdog's frozen case), back to 0 once it answers."""
     from stream_pipelines.lease import LeaseKeeper
 
     lease = Lease(config, APP)
     record = lease.acquire(log=print)
-    frozen = threading.Event()
+    frozen, thawed = threading.Event(), threading.Event()
     asks = []
 
     def progress():
         asks.append(time.time())
         if frozen.is_set():
-            threading.Event().wait(30)  # the JVM does not answer
+            thawed.wait(30)  # the JVM does not answer
         return {f"{APP}.archive": {"batch_id": len(asks)}}
 
     keeper = LeaseKeeper(lease, record, 0.2).start()
     keeper.follow(progress, on_lost=print)
     try:
         time.sleep(1.0)
+        before = lease.read()
+        assert before.jvm_silent_s == 0.0, "a JVM that answers is not silent"
         frozen.set()
         time.sleep(0.5)
         stuck_at = lease.read().queries[f"{APP}.archive"]["batch_id"]
@@ -201,7 +204,15 @@ def test_a_frozen_jvm_keeps_the_heartbeat_and_leaves_the_last_progress(config):
         assert after.heartbeat_at > heartbeat + 1.5, "the heartbeat went on"
         assert after.queries[f"{APP}.archive"]["batch_id"] == stuck_at, "the last progress stayed"
         assert len(asks) <= stuck_at + 1, "one unanswered ask at a time"
+        assert 1.5 <= after.jvm_silent_s <= 3.5, after.jvm_silent_s
+        frozen.clear()
+        thawed.set()
+        time.sleep(1.0)
+        answered = lease.read()
+        assert answered.jvm_silent_s == 0.0
+        assert answered.queries[f"{APP}.archive"]["batch_id"] > stuck_at
     finally:
+        thawed.set()
         keeper.stop()
 
 
@@ -239,3 +250,14 @@ def test_a_record_replaced_between_its_version_and_its_content_is_read_whole(s3_
         del filesystem.info
     assert set(json.loads(content)) == {"heartbeat"}
     assert store.replace_if_unchanged(target, version, "{}") is None
+
+
+def test_a_lease_written_by_a_newer_driver_with_a_field_this_version_lacks_is_read(config):
+    """An upgrade in progress: the supervisor must still see the owner, not an unreadable lease."""
+    lease = Lease(config, APP)
+    mine = lease.acquire(log=print)
+    data = json.loads(store.read_versioned(lease.path)[0])
+    data["field_of_a_later_version"] = {"x": 1}
+    store.write_atomically(lease.path, json.dumps(data))
+    read = Lease(config, APP).read()
+    assert read is not None and read.owner == mine.owner and read.pid == mine.pid

@@ -59,7 +59,7 @@ def test_a_crash_is_retried_after_a_jittered_backoff_and_counted_once(policy, tm
 
 
 def test_the_backoff_grows_per_restart_within_the_window_and_is_capped(policy):
-    delays = [policy.evaluate(crash(-9), try_number=n, max_tries=1000).retry_delay for n in (1, 2, 3)]
+    delays = [policy.evaluate(crash(3), try_number=n, max_tries=1000).retry_delay for n in (1, 2, 3)]
     assert timedelta(seconds=10) <= delays[0] <= timedelta(seconds=20)
     assert timedelta(seconds=20) <= delays[1] <= timedelta(seconds=40)
     assert timedelta(seconds=40) <= delays[2] <= timedelta(seconds=60)
@@ -68,9 +68,26 @@ def test_the_backoff_grows_per_restart_within_the_window_and_is_capped(policy):
 def test_a_crash_after_a_quiet_spell_waits_the_first_delay_whatever_the_try_number(policy):
     # A supervisor run lasts as long as the app streams, days or months: its try number counts every
     # crash since it began. With no restart within the crash-loop window, this one is a first restart.
-    decision = policy.evaluate(crash(-9), try_number=9, max_tries=1000)
+    decision = policy.evaluate(crash(3), try_number=9, max_tries=1000)
     assert timedelta(seconds=10) <= decision.retry_delay <= timedelta(seconds=20)
-    assert "killed by signal 9" in decision.reason
+
+
+def test_a_driver_killed_by_a_signal_is_restarted_at_once_the_first_time_then_backs_off(policy, tmp_path):
+    """A JVM's death (kill -9, the OOM killer) is not mended by waiting, and a failing query was already
+    restarted inside its driver: the first restart within the window is at once. A second kill backs off
+    as any crash, and both count toward the guard."""
+    first = policy.evaluate(crash(-9), try_number=1, max_tries=1000)
+    assert first.action.name == "RETRY" and first.retry_delay == timedelta(0)
+    assert "killed by signal 9" in first.reason and "in 0s" in first.reason
+    second = policy.evaluate(crash(-9), try_number=2, max_tries=1000)
+    assert timedelta(seconds=20) <= second.retry_delay <= timedelta(seconds=40)
+    assert store(tmp_path).restarts(APP).total == 2
+
+
+def test_a_query_restarted_inside_the_driver_makes_the_next_kill_a_second_restart(policy, tmp_path):
+    store(tmp_path).record_restart(APP, cause="query failed", kind="in-driver")
+    decision = policy.evaluate(crash(-9), try_number=1, max_tries=1000)
+    assert timedelta(seconds=20) <= decision.retry_delay <= timedelta(seconds=40)
 
 
 def test_the_guard_stops_restarts_at_the_limit(policy, tmp_path):

@@ -268,3 +268,32 @@ def test_a_frozen_drivers_lease_read_back_from_the_store_is_found_stuck(stored_r
     verdict = watchdog.look(supervisor_view.read(), True)
     assert verdict and verdict.startswith("heartbeat ") and f"pid {held.pid}" in verdict
     assert watchdog.look(supervisor_view.read(), False) is None  # once it is gone, a restart takes over
+
+
+def test_a_jvm_silent_past_its_answer_timeout_is_frozen_at_once_while_the_heartbeat_is_fresh():
+    """A SIGSTOP'd JVM: the driver's Python side renews the lease, but its call into the JVM has not
+    come back. Found by that silence in seconds, not after a watchdog window, and flagged as unable
+    to drain; a shorter silence (a GC pause, a slow call) is nothing."""
+    settings = WatchdogSettings(trigger_s=10, window_s=120, lease_timeout_s=45, jvm_answer_timeout_s=15)
+    watchdog = Watchdog(settings, Broker(high=10_000))
+    silent = record(3)
+    silent.jvm_silent_s = 14.0
+    assert watchdog.look(silent, True, now=0) is None and not watchdog.frozen
+    silent.jvm_silent_s = 16.0
+    verdict = watchdog.look(silent, True, now=5)
+    assert verdict is not None and watchdog.frozen, verdict
+    assert "JVM has not answered for 16s (jvm_answer_timeout 15s)" in verdict and "pid 123" in verdict
+    # A stale heartbeat too: the whole driver is stopped, which is the heartbeat rule's case, not this one.
+    stale = record(3, heartbeat_age_s=50)
+    stale.jvm_silent_s = 40.0
+    verdict = watchdog.look(stale, True, now=10)
+    assert verdict is not None and verdict.startswith("heartbeat ") and not watchdog.frozen
+
+
+def test_a_jvm_answer_timeout_shorter_than_two_heartbeats_is_a_config_error(tmp_path: Path):
+    from stream_pipelines.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"jvm_answer_timeout .* must be at least 2 heartbeat_intervals"):
+        load_config(
+            "local", [f"paths.data_root={tmp_path}", "supervision.jvm_answer_timeout=8 seconds"], environ={}
+        )
