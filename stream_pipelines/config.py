@@ -380,7 +380,8 @@ class SupervisionSettings(_Section):
     watchdog_min_window: PositiveDuration = Duration(120)
     # A driver whose JVM has not answered a call through the gateway for this long is frozen (SIGSTOP,
     # a stop-the-world pause that never ends): killed at once, without a drain it could not do. A live
-    # JVM answers within milliseconds, in the middle of a slow batch too.
+    # JVM answers within milliseconds, in the middle of a slow batch too (a stop-the-world pause longer
+    # than this counts as frozen, and restarts from the checkpoint).
     jvm_answer_timeout: PositiveDuration = Duration(15)
     # A failed query is restarted from its checkpoint inside the running driver (no new JVM) up to this
     # many times within the crash-loop window; then, or when the JVM is unhealthy, the driver exits for

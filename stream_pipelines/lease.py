@@ -245,8 +245,11 @@ class LeaseKeeper:
                 progress = self._latest_progress()
                 if progress is not None:
                     self.record.queries = progress
+                # From before the write: the heartbeat it carries is stamped then, and a slow write
+                # must not stretch how long the lease seems surely held.
+                renewing_at = time.monotonic()
                 self.lease.renew(self.record)
-                self.renewed_at = time.monotonic()
+                self.renewed_at = renewing_at
             except LeaseLostError as error:
                 self.lost = str(error)
                 if self._on_lost is not None:

@@ -320,16 +320,21 @@ def _watch(
                     query.stop()
             _log(app, f"{stop.lease_lost}: stopped every query at once")
             return AppExit(ExitCode.OWNED_ELSEWHERE, "failed", stop.lease_lost)
+        waiting: list[StreamingQuery] = []
         if restarter is not None and _failed(queries) and not stop.requested():
             # Restarted inside the driver, or given up on: then the failure below ends the app.
             gave_up = restarter.recover(queries)
             if gave_up is None or stop.lease_lost is not None:
                 continue  # all running again, or the lease lost: the top of the loop stops them all
-            return _failure(app, queries, gave_up) or AppExit(ExitCode.QUERY_FAILED, "failed", gave_up)
-        failure = _failure(app, queries)
+            if gave_up != STOP_DURING_BACKOFF:
+                return _failure(app, queries, gave_up) or AppExit(ExitCode.QUERY_FAILED, "failed", gave_up)
+            # A stop asked while a failed query waited for its restart: a stop of the others, and the
+            # failed one restarts from its checkpoint at the next start.
+            waiting = _failed(queries)
+        failure = _failure(app, queries) if not waiting else None
         if failure is not None:
             return failure
-        if all(not q.isActive for q in queries):
+        if all(not q.isActive for q in queries) and not waiting:
             _log(app, "all queries finished")
             return AppExit(ExitCode.OK, "finished", f"all queries finished ({trigger})")
         if stop.requested():
@@ -338,11 +343,15 @@ def _watch(
                 _drain_and_stop(query, drain_timeout_s)
             # Only a drain in which every query stopped cleanly is a stop: a batch that failed while
             # draining is a failure the supervisor must see.
-            failure = _failure(app, queries)
+            failure = _failure(app, [query for query in queries if query not in waiting])
             if failure is not None:
                 return failure
             _log(app, "stopped after the last committed batch")
-            return AppExit(ExitCode.OK, "stopped", f"deliberate stop ({stop.reason})")
+            detail = f"deliberate stop ({stop.reason})"
+            if waiting:
+                names = ", ".join(query.name for query in waiting)
+                detail += f"; {names} had failed and restarts from its checkpoint at the next start"
+            return AppExit(ExitCode.OK, "stopped", detail)
         with contextlib.suppress(StreamingQueryException):
             # It raises when the query died; the check at the top of the loop reports that.
             queries[0].awaitTermination(poll_s)
@@ -367,6 +376,9 @@ def _failure(app: str, queries: list[StreamingQuery], gave_up: str | None = None
     if gave_up is not None:
         detail += f"; not restarted in the driver: {gave_up}"
     return AppExit(ExitCode.QUERY_FAILED, "failed", detail)
+
+
+STOP_DURING_BACKOFF = "a stop was asked while a failed query waited for its restart"
 
 
 class InDriverRestarts:
@@ -403,14 +415,19 @@ class InDriverRestarts:
                     f"driver in {decision.delay_s:.0f}s ({decision.why})",
                 )
                 if not self._wait(decision.delay_s):
-                    return "a stop was asked, or the lease lost, before the restart"
+                    return STOP_DURING_BACKOFF  # or the lease lost, which the caller sees first
                 if not self.recovery.may_start():
                     return "the lease is not surely this driver's: no query may start"
                 try:
-                    queries[position] = self.restart(query)
+                    restarted = self.restart(query)
                 except Exception as start_error:  # the store may still be away: decided again
-                    error = error_summary(start_error)
+                    error = f"its restart failed: {type(start_error).__name__}: {error_summary(start_error)}"
                     continue
+                if not self.recovery.may_start():
+                    # The start's checkpoint reads took long enough for the lease to become unsure.
+                    restarted.stop()
+                    return "the lease became unsure while the query started: stopped it again"
+                queries[position] = restarted
                 _log(self.app, f"query {query.name} restarted inside the driver (in-driver restart)")
                 break
         return None

@@ -11,13 +11,18 @@ page.
 
 The driver gives up, and exits ``QUERY_FAILED`` for its supervisor to restart it whole, when:
 
-- the JVM is unhealthy: its SparkContext is stopped, or the failure is the JVM's own
-  (``OutOfMemoryError``, ``StackOverflowError``, an internal error): a fresh JVM is the cure;
-- one query failed ``supervision.in_driver_restarts`` times within the crash-loop window: something in
-  this JVM may be the cause (0 turns in-driver recovery off);
+- the JVM is unhealthy: its SparkContext is stopped, it does not answer, or the failure is the JVM's
+  own (``java.lang.OutOfMemoryError``, ``StackOverflowError``, ``InternalError``): a fresh JVM is the cure;
+- one query fails again after ``supervision.in_driver_restarts`` restarts in this driver within the
+  crash-loop window: something in this JVM may be the cause (0 turns in-driver recovery off);
+- the restart cannot be recorded (the control store is away);
 - the crash-loop guard trips (the supervisor's retry then trips it too, and stops);
-- the lease is not surely this driver's (lost, or not renewed for nearly a lease timeout): a query must
-  never run on after its lease is lost.
+- the lease is not surely this driver's (lost, or not renewed for nearly a lease timeout), before or
+  just after the query's start: a restarted query must not run on a lease that may be another's.
+
+A stop asked during the backoff is a stop: the other queries drain, and the failed one restarts from
+its checkpoint at the next start. The backoff is capped at half the watchdog's shortest window, so the
+wait is never taken for a stall.
 """
 
 from __future__ import annotations
@@ -37,12 +42,16 @@ if TYPE_CHECKING:
     from stream_pipelines.lease import LeaseKeeper
 
 # Errors of the JVM itself, not of the query's work: after them the JVM is not trusted with a restart.
-JVM_ERRORS = (
-    "OutOfMemoryError",
-    "StackOverflowError",
-    "InternalError",
-    "UnknownError",
-    "VirtualMachineError",
+# Qualified: a store's own "InternalError" (an S3 500) is a storage fault, which a restart is for.
+JVM_ERRORS = tuple(
+    f"java.lang.{name}"
+    for name in (
+        "OutOfMemoryError",
+        "StackOverflowError",
+        "InternalError",
+        "UnknownError",
+        "VirtualMachineError",
+    )
 )
 
 
@@ -90,7 +99,11 @@ class QueryRecovery:
         jvm_error = next((name for name in JVM_ERRORS if name in error), None)
         if jvm_error is not None:
             return Recovery(False, f"the JVM is unhealthy ({jvm_error}): a new driver is needed")
-        if self._context_stopped():
+        try:
+            stopped = self._context_stopped()
+        except Exception as error:  # the gateway does not answer: nothing to restart a query in
+            return Recovery(False, f"the JVM did not answer ({type(error).__name__}): a new driver is needed")
+        if stopped:
             return Recovery(False, "the SparkContext is stopped: a new driver is needed")
         window_s = self.settings.crash_loop_window.seconds
         now = self._clock()
@@ -113,11 +126,16 @@ class QueryRecovery:
             )
         except CrashLoopError as guard:
             return Recovery(False, str(guard))
+        except Exception as error:  # the control store is away (the outage that failed the query?)
+            return Recovery(False, f"the restart could not be recorded ({type(error).__name__}: {error})")
         self._restarted[query] = [*recent, now]
         # The supervisor's backoff without its jitter: the jitter spreads the cold starts of apps that
         # crashed together; a query's restart inside a running JVM costs little, and each second of
-        # the wait is freshness lost.
-        delay_s = self.settings.restart_delay(restarts, jitter=0.0)
+        # the wait is freshness lost. Capped at half the watchdog's shortest window: while the query
+        # waits, its last batch stands still in the lease, and a longer wait would look like a stall.
+        delay_s = min(
+            self.settings.restart_delay(restarts, jitter=0.0), self.settings.watchdog_min_window.seconds / 2
+        )
         return Recovery(
             True,
             f"restart {restarts} of {self.app} within the window, the query's "

@@ -102,7 +102,12 @@ class Watchdog:
         self.frozen = False
         age = record.heartbeat_age()
         silent_s = record.jvm_silent_s
-        if age < self.settings.lease_timeout_s and silent_s >= self.settings.jvm_answer_timeout_s:
+        # Only a driver on this host: one elsewhere can be neither told apart from its lease nor killed.
+        if (
+            driver_exists
+            and age < self.settings.lease_timeout_s
+            and silent_s >= self.settings.jvm_answer_timeout_s
+        ):
             self.frozen = True
             return (
                 f"its JVM has not answered for {silent_s:.0f}s (jvm_answer_timeout "

@@ -79,7 +79,7 @@ class SupervisorRetryPolicy(RetryPolicy):
         # top of the base spreads restarts of several apps that failed together.
         delay = settings.restart_delay(restarts, random.random())
         if restarts == 1 and exit_code is not None and exit_code < 0:
-            # A driver killed by a signal (kill -9, the OOM killer, its host going down) is a JVM's
+            # A driver killed by a signal (kill -9, the OOM killer taking the JVM) is a JVM's
             # death, which no wait mends; a failing query was already restarted inside the driver. So
             # the first restart within the window is at once; a second backs off as any.
             delay = 0.0

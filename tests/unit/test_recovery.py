@@ -84,8 +84,12 @@ def test_a_query_that_keeps_failing_in_this_driver_ends_it(tmp_path):
 @pytest.mark.parametrize(
     "error, stopped, expected",
     [
-        ("java.lang.OutOfMemoryError: Java heap space", False, "the JVM is unhealthy (OutOfMemoryError)"),
-        ("java.lang.StackOverflowError", False, "the JVM is unhealthy (StackOverflowError)"),
+        (
+            "java.lang.OutOfMemoryError: Java heap space",
+            False,
+            "the JVM is unhealthy (java.lang.OutOfMemoryError)",
+        ),
+        ("java.lang.StackOverflowError", False, "the JVM is unhealthy (java.lang.StackOverflowError)"),
         ("IOException: Connection reset", True, "the SparkContext is stopped"),
     ],
 )
@@ -122,3 +126,39 @@ def test_in_driver_recovery_can_be_turned_off(tmp_path):
     decider, _clock, _control = recovery(tmp_path, "supervision.in_driver_restarts=0")
     decision = decider.decide(QUERY, "boom")
     assert not decision.restart and "off" in decision.why
+
+
+def test_a_store_error_recording_the_restart_or_a_silent_gateway_gives_up_instead_of_crashing(tmp_path):
+    """The control store sits on the store whose outage may have failed the query: a restart that cannot
+    be recorded is not made, and the driver exits for its supervisor, with the reason, not a traceback."""
+    decider, _clock, control = recovery(tmp_path)
+    control.restarts_path(APP).parent.mkdir(parents=True, exist_ok=True)
+    control.restarts_path(APP).mkdir()  # a folder where the record goes: every write of it fails
+    decision = decider.decide(QUERY, "IOException: Connection reset")
+    assert not decision.restart and decision.why.startswith("the restart could not be recorded"), decision.why
+
+    def gateway_gone() -> bool:
+        raise ConnectionRefusedError("py4j gateway")
+
+    config = decider.config
+    silent = QueryRecovery(config, APP, gateway_gone, None)
+    decision = silent.decide(QUERY, "boom")
+    assert not decision.restart and "the JVM did not answer (ConnectionRefusedError)" in decision.why
+
+
+def test_only_the_jvms_own_errors_count_as_unhealthy_not_a_stores_internal_error(tmp_path):
+    decider, _clock, _control = recovery(tmp_path)
+    s3 = "AWSStatus500Exception: ... Status Code: 500, Error Code: InternalError, Request ID: 1"
+    assert decider.decide(QUERY, s3).restart
+
+
+def test_the_wait_inside_the_driver_stays_under_half_the_watchdogs_shortest_window(tmp_path):
+    """While a query waits, its last batch stands still in the lease: a longer wait would be a stall."""
+    decider, _clock, _control = recovery(
+        tmp_path,
+        "supervision.retry_delay=50 seconds",
+        "supervision.max_retry_delay=10 minutes",
+        "supervision.watchdog_min_window=2 minutes",
+    )
+    assert decider.decide(QUERY, "boom").delay_s == 50.0
+    assert decider.decide(QUERY, "boom").delay_s == 60.0  # 150 s by the backoff

@@ -297,3 +297,12 @@ def test_a_jvm_answer_timeout_shorter_than_two_heartbeats_is_a_config_error(tmp_
         load_config(
             "local", [f"paths.data_root={tmp_path}", "supervision.jvm_answer_timeout=8 seconds"], environ={}
         )
+
+
+def test_a_silent_jvm_on_another_host_is_not_called_frozen():
+    """Neither told apart from its lease nor killable from here: no verdict to act on."""
+    settings = WatchdogSettings(trigger_s=10, window_s=120, lease_timeout_s=45, jvm_answer_timeout_s=15)
+    watchdog = Watchdog(settings, Broker(high=None))
+    elsewhere = record(3)
+    elsewhere.jvm_silent_s = 60.0
+    assert watchdog.look(elsewhere, None, now=0) is None and not watchdog.frozen
