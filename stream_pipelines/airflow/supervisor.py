@@ -78,7 +78,7 @@ class SupervisorRetryPolicy(RetryPolicy):
         # crash after weeks of quiet would wait as long as the fifth of a crash loop. Full jitter on
         # top of the base spreads restarts of several apps that failed together.
         delay = settings.restart_delay(restarts, random.random())
-        if restarts == 1 and exit_code is not None and exit_code < 0:
+        if restarts == 1 and _signal_of(exit_code) is not None:
             # A driver killed by a signal (kill -9, the OOM killer taking the JVM) is a JVM's
             # death, which no wait mends; a failing query was already restarted inside the driver. So
             # the first restart within the window is at once; a second backs off as any.
@@ -106,11 +106,22 @@ def _exit_code(exception: BaseException) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def _signal_of(exit_code: int | None) -> int | None:
+    """The signal that killed spark-submit's process: a negative code when it was killed itself, 128 + N
+    when the shell that spark-submit is reported its child killed by signal N."""
+    if exit_code is None:
+        return None
+    if exit_code < 0:
+        return -exit_code
+    return exit_code - 128 if 128 < exit_code < 128 + 32 else None
+
+
 def _describe_crash(exception: BaseException) -> str:
     """A short cause: the hook's message quotes the whole spark-submit command line."""
     number = _exit_code(exception)
     if number is not None:
-        killed = f", killed by signal {-number}" if number < 0 else ""
+        signal_number = _signal_of(number)
+        killed = f", killed by signal {signal_number}" if signal_number is not None else ""
         return f"spark-submit exited with code {number}{killed}"
     text = str(exception).strip()
     first_line = text.splitlines()[0] if text else type(exception).__name__

@@ -84,6 +84,15 @@ def test_a_driver_killed_by_a_signal_is_restarted_at_once_the_first_time_then_ba
     assert store(tmp_path).restarts(APP).total == 2
 
 
+def test_a_jvm_killed_under_spark_submits_shell_is_a_signal_death_too(policy):
+    """spark-submit is a shell script: when its JVM is killed, it exits 128 + the signal (`make demo`
+    kills the driver's JVM and saw 137)."""
+    decision = policy.evaluate(crash(137), try_number=1, max_tries=1000)
+    assert decision.retry_delay == timedelta(0) and "killed by signal 9" in decision.reason
+    plain = policy.evaluate(crash(1), try_number=2, max_tries=1000)
+    assert plain.retry_delay > timedelta(0) and "killed by signal" not in plain.reason
+
+
 def test_a_query_restarted_inside_the_driver_makes_the_next_kill_a_second_restart(policy, tmp_path):
     store(tmp_path).record_restart(APP, cause="query failed", kind="in-driver")
     decision = policy.evaluate(crash(-9), try_number=1, max_tries=1000)
