@@ -52,7 +52,7 @@ class Restarts:
     # Of the total, the failed queries restarted inside their running driver (no new JVM).
     in_driver: int = 0
     # The last restart: "driver" or "in-driver", its cause and when.
-    last_kind: str | None = None
+    last_kind: RestartKind | None = None
     last_cause: str | None = None
     last_at: str | None = None
 

@@ -320,20 +320,21 @@ def _watch(
                     query.stop()
             _log(app, f"{stop.lease_lost}: stopped every query at once")
             return AppExit(ExitCode.OWNED_ELSEWHERE, "failed", stop.lease_lost)
-        waiting: list[StreamingQuery] = []
-        if restarter is not None and _failed(queries) and not stop.requested():
-            # Restarted inside the driver, or given up on: then the failure below ends the app.
+        # Asked of each query once a loop: every question is a call into the JVM.
+        failed, waiting = _failed(queries), []
+        if failed and restarter is not None and not stop.requested():
             gave_up = restarter.recover(queries)
             if gave_up is None or stop.lease_lost is not None:
                 continue  # all running again, or the lease lost: the top of the loop stops them all
+            # Given up on: the failed query is still in the list, and ends the app.
+            failed = _failed(queries)
             if gave_up != STOP_DURING_BACKOFF:
-                return _failure(app, queries, gave_up) or AppExit(ExitCode.QUERY_FAILED, "failed", gave_up)
+                return _failed_exit(app, queries, failed, gave_up)
             # A stop asked while a failed query waited for its restart: a stop of the others, and the
             # failed one restarts from its checkpoint at the next start.
-            waiting = _failed(queries)
-        failure = _failure(app, queries) if not waiting else None
-        if failure is not None:
-            return failure
+            failed, waiting = [], failed
+        if failed:
+            return _failed_exit(app, queries, failed)
         if all(not q.isActive for q in queries) and not waiting:
             _log(app, "all queries finished")
             return AppExit(ExitCode.OK, "finished", f"all queries finished ({trigger})")
@@ -361,12 +362,17 @@ def _failed(queries: list[StreamingQuery]) -> list[StreamingQuery]:
     return [q for q in queries if not q.isActive and q.exception() is not None]
 
 
-def _failure(app: str, queries: list[StreamingQuery], gave_up: str | None = None) -> AppExit | None:
-    """The first failed query as the app's exit (the others are stopped), or None. ``gave_up``: why
-    the driver did not restart it itself."""
+def _failure(app: str, queries: list[StreamingQuery]) -> AppExit | None:
+    """The first failed query as the app's exit (the others are stopped), or None."""
     failed = _failed(queries)
-    if not failed:
-        return None
+    return _failed_exit(app, queries, failed) if failed else None
+
+
+def _failed_exit(
+    app: str, queries: list[StreamingQuery], failed: list[StreamingQuery], gave_up: str | None = None
+) -> AppExit:
+    """The app's exit for its ``failed`` queries (the others are stopped). ``gave_up``: why the driver
+    did not restart them itself."""
     for query in queries:
         if query.isActive:
             query.stop()

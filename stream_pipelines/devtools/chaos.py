@@ -880,11 +880,11 @@ class Chaos:
     def _counters(self) -> dict[str, dict[str, int]]:
         store = ControlStore(self.config)
         counts = self.logs.refresh()
-        return {
-            app: {**counts[app], "restarts": restarts.total, "in_driver": restarts.in_driver}
-            for app in self.stack.apps
-            for restarts in [store.restarts(app)]
-        }
+        counters = {}
+        for app in self.stack.apps:
+            restarts = store.restarts(app)
+            counters[app] = {**counts[app], "restarts": restarts.total, "in_driver": restarts.in_driver}
+        return counters
 
     def _account(self, result: FaultResult, before: dict, pids_before: dict, scope: list[str]) -> None:
         """What happened between this fault and the next (or the end): attributed to this fault."""
