@@ -7,7 +7,7 @@ export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(BIN)/python
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: help setup lock demo chaos test test-deps up down status standalone-start standalone-stop standalone-status hdfs-start hdfs-stop hdfs-status test-fast lint format broker-start broker-stop broker-status bench-ingest bench-streaming bench-metrics bench-reconcile bench-startup bench-batch-cost bench-stack bench-recovery bench-soak clean
+.PHONY: help setup lock demo chaos test test-deps up down status standalone-start standalone-stop standalone-status hdfs-start hdfs-stop hdfs-status test-fast lint format broker-start broker-stop broker-status bench-ingest bench-streaming bench-metrics bench-reconcile bench-startup bench-batch-cost bench-stack bench-recovery bench-overhead bench-soak clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -98,6 +98,9 @@ bench-stack: setup  ## the `make up` stack on a private data root: CPU per compo
 bench-recovery: setup  ## chaos faults (query failure, frozen JVM, kill -9) on raw_archive, before and after in-driver recovery and the frozen-JVM check
 	-@infra/scripts/install_test_servers.sh
 	$(BIN)/python -m stream_pipelines.devtools.benchmarks.recovery $(BENCH_ARGS)
+
+bench-overhead: setup  ## each app as deployed vs its queries as a bare PySpark script: cold start and CPU per batch, ratio
+	$(BIN)/python -m stream_pipelines.devtools.benchmarks.overhead $(BENCH_ARGS)
 
 bench-soak: setup  ## the `make up` stack for an hour at a 1 s trigger, sampled per slice: what grows with run time, projected to 90 and 365 days
 	-@infra/scripts/install_test_servers.sh

@@ -74,6 +74,7 @@ from stream_pipelines.devtools.processes import (
     started_with,
     stop_process_group,
 )
+from stream_pipelines.procfs import process_age_s
 from stream_pipelines.registry import APP_NAMES, APPS
 
 DEFAULT_ROOT = PROJECT_ROOT / "data" / "chaos"
@@ -212,10 +213,17 @@ class DriverSampler:
                     # A spark-submit (bash, then the same pid exec'd into the JVM), or a Python driver
                     # left on its own when its JVM died.
                     kind = "python" if Path(table[pid].argv[0]).name.startswith("python") else "spark-submit"
-                    record = self.seen.setdefault(
-                        pid, {"app": app, "first_seen": now, "ppid": table[pid].ppid, "kind": kind}
-                    )
-                    record["last_seen"] = now
+                    if pid not in self.seen:
+                        # When it started, from /proc: it may have started before this sampler did.
+                        age_s = process_age_s(pid)
+                        self.seen[pid] = {
+                            "app": app,
+                            "first_seen": now,
+                            "started": now - age_s if age_s is not None else now,
+                            "ppid": table[pid].ppid,
+                            "kind": kind,
+                        }
+                    self.seen[pid]["last_seen"] = now
         return found
 
     def drivers(self, app: str) -> list[int]:
@@ -225,6 +233,14 @@ class DriverSampler:
     def first_seen(self, pid: int) -> float:
         with self._lock:
             return self.seen.get(pid, {}).get("first_seen", time.time())
+
+    def first_launch(self, app: str) -> float | None:
+        """When the app's first spark-submit seen so far started (wall clock); None before one."""
+        with self._lock:
+            starts = [
+                r["started"] for r in self.seen.values() if r["app"] == app and r["kind"] == "spark-submit"
+            ]
+        return min(starts, default=None)
 
     def driver_pids(self, app: str, launches_only: bool = False) -> set[int]:
         """Every driver of the app seen so far; with ``launches_only``, the spark-submits only."""
@@ -593,6 +609,8 @@ class Chaos:
         self.stop_orphans = stop_orphans
         self.rng = rng
         self.sampler = DriverSampler(stack.apps, stack.root)
+        # Per app: its first spark-submit to the first committed batch of all its queries.
+        self.cold_start_s: dict[str, float] = {}
         self.logs = TaskLogs(self.home, stack.apps)
         self.results: list[FaultResult] = []
 
@@ -631,6 +649,10 @@ class Chaos:
                     f"chaos: {app} did not start and commit within {timeout_s:.0f}s; see {self.home / 'logs'}"
                 )
             say(f"{app}: running (driver pid {self.sampler.drivers(app)[0]}), batches committing")
+            launched, committed = self.sampler.first_launch(app), committed_since(self.config, app, 0)
+            if launched is not None and committed is not None:
+                # The app's own cold start in this run, which a restart's figures are read against.
+                self.cold_start_s[app] = round(committed - launched, 1)
 
     # ---- the injections
 
@@ -1230,6 +1252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             chaos.settle_accounts()
             report["faults"] = [{**asdict(r), "ok": r.ok} for r in chaos.results]
             report["table"] = fault_table(chaos.results)
+            report["cold_start_s"] = chaos.cold_start_s
             report["drivers"] = {
                 "samples": chaos.sampler.samples,
                 "max_per_app": chaos.sampler.max_drivers,

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import time
 
 import pytest
 
+from stream_pipelines.devtools import chaos
 from stream_pipelines.devtools.chaos import (
     APP_FAULTS,
     FAULT_CLASSES,
+    DriverSampler,
     FaultResult,
     Proc,
     draw_schedule,
@@ -112,3 +117,28 @@ def test_a_storage_outage_asked_of_the_local_disk_is_refused_before_anything_sta
     with pytest.raises(SystemExit, match="storage-outage needs a store server to stop: add --store hdfs"):
         main(["--classes", "storage-outage", "--root", str(tmp_path / "stack")])
     assert not (tmp_path / "stack").exists()
+
+
+def test_a_drivers_launch_is_when_its_process_started_not_when_the_sampler_first_saw_it(
+    monkeypatch, tmp_path
+):
+    # A real process, started 2 s before the sampler first looks, stands for a spark-submit.
+    launcher = subprocess.Popen(["sleep", "60"], env={**os.environ, chaos.ROOT_VARIABLES[0]: str(tmp_path)})
+    try:
+        time.sleep(2)
+        script = APPS["raw_archive"].entry_point
+        monkeypatch.setattr(
+            chaos,
+            "process_table",
+            lambda: table(
+                Proc(launcher.pid, 1, "S", ("java", "org.apache.spark.deploy.SparkSubmit", script))
+            ),
+        )
+        sampler = DriverSampler(["raw_archive", "ad_matching"], tmp_path)
+        sampler.sample()
+        first_seen = sampler.seen[launcher.pid]["first_seen"]
+        assert first_seen - 3.0 < sampler.first_launch("raw_archive") < first_seen - 1.5
+        assert sampler.first_launch("ad_matching") is None
+    finally:
+        launcher.kill()
+        launcher.wait()

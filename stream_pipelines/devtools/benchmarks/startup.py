@@ -22,12 +22,14 @@ The goal beside the total is the efficiency issue's: cold start to first commit 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -126,13 +128,43 @@ def driver_overrides(config: PipelineConfig, run: str) -> list[str]:
 def time_one_start(
     config: PipelineConfig, app: str, overrides: Sequence[str], log_path: Path, interrupts: Interrupts
 ) -> dict[str, float]:
+    from stream_pipelines.submit import spark_submit_command
+
+    command = spark_submit_command(config, app, "processing", overrides)
+    with first_batch(config, app, command, f"spark_apps/{app}.py", log_path, interrupts) as started:
+        pass
+    return started.timeline.phases()
+
+
+@dataclass
+class Started:
+    """A driver that has committed its first batch: its launcher process and the start's timeline."""
+
+    launcher: subprocess.Popen
+    timeline: StartTimeline
+
+
+@contextlib.contextmanager
+def first_batch(
+    config: PipelineConfig,
+    app: str,
+    command: Sequence[str],
+    script: str,
+    log_path: Path,
+    interrupts: Interrupts,
+    *,
+    graceful: bool = True,
+) -> Iterator[Started]:
+    """Run ``command`` (a spark-submit of ``script`` with ``app``'s queries) until the app's first query
+    has written commits/0, then yield it still running; on the way out stop it, by its stop marker as
+    ``pipelinectl stop`` does (``graceful``) or by a signal to its process group.
+
+    The launcher's output goes to ``log_path``, and its phase lines to the timeline as they come."""
     from stream_pipelines.control import ControlStore
-    from stream_pipelines.submit import spark_submit_command, submit_environment
+    from stream_pipelines.submit import submit_environment
 
     declared = APPS[app]
     first_commit = Path(config.checkpoint_dir(app, declared.query_names[0])) / "commits" / "0"
-    script = f"spark_apps/{app}.py"
-    command = spark_submit_command(config, app, "processing", overrides)
     timeline = StartTimeline()
     with log_path.open("w") as log_file:
         launcher = subprocess.Popen(
@@ -161,16 +193,17 @@ def time_one_start(
                     timeline.mark("launcher")
                 time.sleep(0.05)
             timeline.mark("first batch")
-            ControlStore(config).request_stop(app)
-            try:
-                launcher.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                log(f"{app}: did not stop within {STOP_TIMEOUT_S:.0f}s; killing it")
+            yield Started(launcher, timeline)
+            if graceful:
+                ControlStore(config).request_stop(app)
+                try:
+                    launcher.wait(STOP_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    log(f"{app}: did not stop within {STOP_TIMEOUT_S:.0f}s; killing it")
         finally:
             if launcher.poll() is None:
                 stop_process_group(launcher.pid)
             reader.join(10)
-    return timeline.phases()
 
 
 def produce_events(config: PipelineConfig) -> int:
