@@ -113,3 +113,16 @@ def test_bad_clicks_are_quarantined(spark, ad_run):
     config, _ = ad_run
     quarantine = spark.read.parquet(f"{config.data_path('quarantine')}/ad_matching").collect()
     assert [(r["event_type"], r["reason"].split(":")[0]) for r in quarantine] == [("click", "broken_json")]
+
+
+def test_every_quarantined_impression_and_click_is_counted_for_the_metrics(ad_run):
+    # pipeline_quarantined_rows_total, the page's "quarantined" and Grafana's panel read these counts;
+    # without them the ad app's quarantine showed 0 whatever it held.
+    _, queries = ad_run
+    counted = [
+        observed["rows"]
+        for progress in queries["quarantine"].recentProgress
+        for name, observed in progress.observedMetrics.items()
+        if name.startswith("quarantine.")
+    ]
+    assert sum(counted) == 1, "the one broken click, counted once"

@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from stream_pipelines.config import Duration
+from stream_pipelines.metrics import observe_quarantine
 from stream_pipelines.parsing import CLICK, IMPRESSION, parse_events, quarantined_events, valid_events
 from stream_pipelines.registry import AD_MATCHING
 from stream_pipelines.runtime import file_sink, read_raw
@@ -114,8 +115,12 @@ def build_sinks(spark: SparkSession, config: PipelineConfig) -> list[StreamSink]
     def clicks() -> DataFrame:
         return deduplicated(valid_events(parsed_clicks(), CLICK), "clicked_at", settings.clicks_watermark)
 
-    quarantine = quarantined_events(parsed_impressions(), IMPRESSION).unionByName(
-        quarantined_events(parsed_clicks(), CLICK)
+    quarantine = observe_quarantine(
+        quarantined_events(parsed_impressions(), IMPRESSION).unionByName(
+            quarantined_events(parsed_clicks(), CLICK)
+        ),
+        "ads",
+        reason_column="reason",
     )
     query = AD_MATCHING.query
     return [
