@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stream_pipelines.devtools.benchmarks.recovery import GOALS, format_table, timings
+from stream_pipelines.devtools.benchmarks.recovery import GOALS, LABELS, format_table, timings
 
 
 def fault(kind: str, next_batch_s: float | None, recovered: bool = True, **more) -> dict:
@@ -67,6 +67,27 @@ def test_the_table_puts_before_and_after_side_by_side_with_the_ratio_and_the_goa
     assert " - " in beyond and beyond.rstrip().endswith("<= 5")  # no after figure: no ratio
     assert "before 9.0s, after not measured" in table
     assert "after: fault 3 (driver-kill): not recovered" in table
+
+
+def test_a_restart_faster_than_the_first_start_reads_as_a_negative_range():
+    results = {
+        "app": "raw_archive",
+        "rounds": 2,
+        "machine": {"usable_cpus": 2},
+        "figures": {
+            "before": {key: [] for key in LABELS},
+            "after": {
+                "query-failure": [],
+                "driver-freeze": [],
+                "driver-kill": [7.9, 9.1],
+                "driver-kill-beyond-cold-start": [-1.3, -0.1],
+                "driver-kill-supervision": [],
+            },
+        },
+        "problems": {},
+    }
+    line = next(row for row in format_table(results).splitlines() if "less the app's cold start" in row)
+    assert "-0.7 (-1.3 to -0.1)" in line
 
 
 def test_a_run_left_out_is_an_empty_column_not_an_error(monkeypatch):

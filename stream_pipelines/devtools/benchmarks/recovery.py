@@ -144,7 +144,11 @@ LABELS = {
 
 def format_table(results: dict[str, Any]) -> str:
     def median(values: list[float]) -> str:
-        return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})" if values else "-"
+        if not values:
+            return "-"
+        # A range of negative figures (a restart faster than the first start) reads as one with " to ".
+        between = " to " if min(values) < 0 else "-"
+        return f"{statistics.median(values):.1f} ({min(values):.1f}{between}{max(values):.1f})"
 
     before, after = results["figures"]["before"], results["figures"]["after"]
     lines = [
