@@ -99,7 +99,7 @@ bench-recovery: setup  ## chaos faults (query failure, frozen JVM, kill -9) on r
 	-@infra/scripts/install_test_servers.sh
 	$(BIN)/python -m stream_pipelines.devtools.benchmarks.recovery $(BENCH_ARGS)
 
-bench-overhead: setup  ## each app as deployed vs its queries as a bare PySpark script: cold start and CPU per batch, ratio
+bench-overhead: setup  ## each app as deployed vs its queries as a bare PySpark script: cold start and CPU per trigger, ratio
 	$(BIN)/python -m stream_pipelines.devtools.benchmarks.overhead $(BENCH_ARGS)
 
 bench-soak: setup  ## the `make up` stack for an hour at a 1 s trigger, sampled per slice: what grows with run time, projected to 90 and 365 days

@@ -234,6 +234,12 @@ class DriverSampler:
         with self._lock:
             return self.seen.get(pid, {}).get("first_seen", time.time())
 
+    def started(self, pid: int) -> float:
+        """When a driver the sampler saw started (its /proc start time), else when it was first seen."""
+        with self._lock:
+            record = self.seen.get(pid, {})
+            return record.get("started", record.get("first_seen", time.time()))
+
     def first_launch(self, app: str) -> float | None:
         """When the app's first spark-submit seen so far started (wall clock); None before one."""
         with self._lock:
@@ -573,8 +579,8 @@ class FaultResult:
     at: str
     recovered: bool = False
     next_batch_s: float | None = None
-    # From the fault to the first new spark-submit seen (sampled each second): supervision's share of a
-    # driver restart; the rest of next_batch_s is the new driver's own cold start and first batch.
+    # From the fault to the start of the first new spark-submit (its /proc start time): supervision's
+    # share of a driver restart; the rest of next_batch_s is the new driver's own cold start.
     new_driver_s: float | None = None
     # query-failure: from the fault to the query's failure (its next batch's refused write); the rest of
     # next_batch_s is the recovery's.
@@ -691,7 +697,7 @@ class Chaos:
             recovered_at[name] = committed_since(self.config, name, since) if settled else None
         result.recovered = injected and all(at is not None for at in recovered_at.values())
         launched = [
-            self.sampler.first_seen(pid)
+            self.sampler.started(pid)
             for name in scope
             for pid in self.sampler.driver_pids(name, True) - pids_before[name]
         ]

@@ -46,11 +46,11 @@ def test_a_command_that_does_not_run_the_app_is_refused() -> None:
 
 def test_medians_per_variant_and_their_ratio() -> None:
     def run(start: float, cpu: float) -> dict[str, float]:
-        return {"cold_start_s": start, "cpu_s_per_batch": cpu}
+        return {"cold_start_s": start, "cpu_s_per_trigger": cpu}
 
     summary = summarize({"app": [run(20.0, 2.0), run(30.0, 4.0)], "bare": [run(10.0, 2.0), run(30.0, 2.0)]})
     assert summary["cold_start_s"] == {"app": 25.0, "bare": 20.0, "ratio": 1.25}
-    assert summary["cpu_s_per_batch"] == {"app": 3.0, "bare": 2.0, "ratio": 1.5}
+    assert summary["cpu_s_per_trigger"] == {"app": 3.0, "bare": 2.0, "ratio": 1.5}
 
     table = format_table(
         {

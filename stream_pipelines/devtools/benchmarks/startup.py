@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -128,10 +130,10 @@ def driver_overrides(config: PipelineConfig, run: str) -> list[str]:
 def time_one_start(
     config: PipelineConfig, app: str, overrides: Sequence[str], log_path: Path, interrupts: Interrupts
 ) -> dict[str, float]:
-    from stream_pipelines.submit import spark_submit_command
+    from stream_pipelines.submit import script_path, spark_submit_command
 
     command = spark_submit_command(config, app, "processing", overrides)
-    with first_batch(config, app, command, f"spark_apps/{app}.py", log_path, interrupts) as started:
+    with first_batch(config, app, command, script_path(app), log_path, interrupts) as started:
         pass
     return started.timeline.phases()
 
@@ -142,6 +144,19 @@ class Started:
 
     launcher: subprocess.Popen
     timeline: StartTimeline
+    log_path: Path
+    interrupts: Interrupts
+
+    def run_for(self, seconds: float) -> None:
+        """Let it run ``seconds``; a BenchmarkError if it exits meanwhile."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self.interrupts.check()
+            if self.launcher.poll() is not None:
+                raise BenchmarkError(
+                    f"the driver exited with {self.launcher.returncode}; see {self.log_path}"
+                )
+            time.sleep(0.5)
 
 
 @contextlib.contextmanager
@@ -193,7 +208,7 @@ def first_batch(
                     timeline.mark("launcher")
                 time.sleep(0.05)
             timeline.mark("first batch")
-            yield Started(launcher, timeline)
+            yield Started(launcher, timeline, log_path, interrupts)
             if graceful:
                 ControlStore(config).request_stop(app)
                 try:
@@ -203,6 +218,10 @@ def first_batch(
         finally:
             if launcher.poll() is None:
                 stop_process_group(launcher.pid)
+            else:
+                # Its own session, so its group is its pid: a Python driver or worker may outlive it.
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(launcher.pid, signal.SIGKILL)
             reader.join(10)
 
 
