@@ -235,18 +235,13 @@ class DriverSampler:
             return self.seen.get(pid, {}).get("first_seen", time.time())
 
     def started(self, pid: int) -> float:
-        """When a driver the sampler saw started (its /proc start time), else when it was first seen."""
+        """When a driver the sampler saw started (its /proc start time; now for one it never saw)."""
         with self._lock:
-            record = self.seen.get(pid, {})
-            return record.get("started", record.get("first_seen", time.time()))
+            return self.seen.get(pid, {}).get("started", time.time())
 
     def first_launch(self, app: str) -> float | None:
         """When the app's first spark-submit seen so far started (wall clock); None before one."""
-        with self._lock:
-            starts = [
-                r["started"] for r in self.seen.values() if r["app"] == app and r["kind"] == "spark-submit"
-            ]
-        return min(starts, default=None)
+        return min((self.started(pid) for pid in self.driver_pids(app, True)), default=None)
 
     def driver_pids(self, app: str, launches_only: bool = False) -> set[int]:
         """Every driver of the app seen so far; with ``launches_only``, the spark-submits only."""
@@ -657,7 +652,7 @@ class Chaos:
             say(f"{app}: running (driver pid {self.sampler.drivers(app)[0]}), batches committing")
             launched, committed = self.sampler.first_launch(app), committed_since(self.config, app, 0)
             if launched is not None and committed is not None:
-                # The app's own cold start in this run, which a restart's figures are read against.
+                # The app's first start on this stack, shown beside a restart's own cold start.
                 self.cold_start_s[app] = round(committed - launched, 1)
 
     # ---- the injections

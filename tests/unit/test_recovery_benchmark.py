@@ -21,7 +21,7 @@ def test_a_query_failure_is_timed_from_the_failure_and_a_kill_is_split_at_the_ne
             fault("runner-kill", 0.5),  # not a figure of this benchmark
         ],
     }
-    assert timings(report, "raw_archive") == {
+    assert timings(report) == {
         "query-failure": [7.0],
         "driver-freeze": [41.0],
         "driver-kill": [14.0, 12.0],

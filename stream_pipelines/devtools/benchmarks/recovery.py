@@ -89,7 +89,7 @@ def chaos_run(folder: Path, args: Any, settings: Sequence[str]) -> dict[str, Any
     return found
 
 
-def timings(report: dict[str, Any], app: str) -> dict[str, list[float]]:
+def timings(report: dict[str, Any]) -> dict[str, list[float]]:
     """Per figure, the seconds of each recovered fault."""
     found: dict[str, list[float]] = {key: [] for key in LABELS}
     for fault in report.get("faults", []):
@@ -120,7 +120,7 @@ def run_benchmark(args: Any, _interrupts: Interrupts) -> dict[str, Any]:
             folder = Path(scratch) / name
             folder.mkdir()
             runs[name] = chaos_run(folder, args, settings)
-    figures = {name: timings(runs.get(name, {}), args.app) for name in ("before", "after")}
+    figures = {name: timings(runs.get(name, {})) for name in ("before", "after")}
     return {
         "machine": machine_info(),
         "app": args.app,
