@@ -51,7 +51,7 @@ def test_each_fault_class_once_loses_and_duplicates_nothing(smoke):
     assert report["end"] == {"drained": True, "stopped_gracefully": True}
     kill = faults_by_class(report)["driver-kill"]
     assert kill["restarts"] >= 1 and kill["new_drivers"] >= 1, kill
-    # The app's own cold start on this stack, which bench-recovery reads a kill against: from its first
+    # The app's first start on this stack, which bench-recovery prints beside a restart's: from its first
     # spark-submit to its first batch, so at least the JVM's start and a batch, and within the wait.
     assert 2 < report["cold_start_s"]["raw_archive"] < 900, report["cold_start_s"]
     assert report["problems"] == [], tail
