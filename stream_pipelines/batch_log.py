@@ -148,6 +148,38 @@ def load_batches(config: PipelineConfig, app: str, query: str) -> list[BatchReco
     return parse_batch_log(query_log_dir(config, app, query))
 
 
+@dataclass(frozen=True)
+class CommittedProgress:
+    """Where one query stands by its newest committed batch: what the day states read."""
+
+    batch_id: int
+    # The watermark that batch emitted and evicted with: every window ending at or before it is written.
+    watermark_ms: int
+    # When Spark planned the batch (the offsets log's batchTimestampMs); None in an old log.
+    planned_at_ms: int | None
+    # (topic, partition) -> the end offset the batch read to (exclusive).
+    kafka_ends: dict[tuple[str, int], int]
+
+
+def newest_committed(config: PipelineConfig, app: str, query: str) -> CommittedProgress | None:
+    """The newest batch of a query that both its offsets and its commits log hold; None before the first.
+
+    Reads one offsets entry whatever the log's length: the day states ask this every few minutes."""
+    folder = query_log_dir(config, app, query)
+    committed = set(checkpoint_format.batch_files(folder / "commits"))
+    offsets = checkpoint_format.batch_files(folder / "offsets")
+    newest = max(committed & set(offsets), default=None)
+    if newest is None:
+        return None
+    entry = checkpoint_format.read_offsets(offsets[newest], lenient=True)
+    return CommittedProgress(
+        batch_id=newest,
+        watermark_ms=entry.watermark_ms,
+        planned_at_ms=entry.timestamp_ms,
+        kafka_ends=_by_partition(checkpoint_format.kafka_offsets(entry.sources)),
+    )
+
+
 def parse_batch_log(folder: Path) -> list[BatchRecord]:
     offsets = checkpoint_format.batch_files(folder / "offsets")
     if not offsets:

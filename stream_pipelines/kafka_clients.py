@@ -10,6 +10,7 @@ or two, naming the setting to fix and quoting what the broker said.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from stream_pipelines.config import PipelineConfig
@@ -116,3 +117,32 @@ def _client_certificate(security: KafkaSecurity) -> str:
         f"it does not accept the client certificate in kafka.security.certificate_file "
         f"({security.certificate_file}): is it signed by a CA the broker trusts?"
     )
+
+
+def offset_reader(config: PipelineConfig, purpose: str) -> Any:
+    """A consumer that only asks offsets (never subscribes or commits): its group is a formality
+    librdkafka wants, named for what asks so that the broker's logs say who it was."""
+    from confluent_kafka import Consumer
+
+    return Consumer(
+        {**config.kafka_client_config(), "group.id": f"pipeline-{purpose}", "enable.auto.commit": False}
+    )
+
+
+def first_offsets_at(
+    consumer: Any, partitions: Iterable[tuple[str, int]], timestamp_ms: int, timeout_s: float = 15.0
+) -> dict[tuple[str, int], int | None]:
+    """Per partition, the offset of its first record stamped at or after ``timestamp_ms``; None when it
+    has none yet (nothing has arrived there since). Raises ``KafkaException`` when the cluster does not
+    answer, and ``KafkaError`` details in a RuntimeError for a partition it cannot look up."""
+    from confluent_kafka import TopicPartition
+
+    wanted = [TopicPartition(topic, partition, timestamp_ms) for topic, partition in sorted(partitions)]
+    if not wanted:
+        return {}
+    found: dict[tuple[str, int], int | None] = {}
+    for item in consumer.offsets_for_times(wanted, timeout=timeout_s):
+        if item.error is not None:
+            raise RuntimeError(f"offsets for time failed for {item.topic}[{item.partition}]: {item.error}")
+        found[(item.topic, item.partition)] = item.offset if item.offset >= 0 else None
+    return found

@@ -77,7 +77,8 @@ def render_prometheus_config(
     interval: str | None = None,
     alertmanager: str | None = None,
 ) -> dict[str, Any]:
-    """monitoring/prometheus.yml scraping only the apps in ``targets`` (app -> host:port) there, loading
+    """monitoring/prometheus.yml scraping only the apps (or stack components, such as
+    ``airflow-api-server``) in ``targets`` (name -> host:port) there, loading
     ``rule_paths`` (globs allowed), scraping and evaluating each ``interval``, and sending alerts to the
     ``alertmanager`` host:port (none: no alerting section)."""
     config = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
@@ -93,7 +94,8 @@ def render_prometheus_config(
     for job in config["scrape_configs"]:
         statics = []
         for static in job["static_configs"]:
-            app = static["labels"]["app"]
+            # An app's exporter, or a component of the stack (Airflow's api-server).
+            app = static["labels"].get("app") or static["labels"]["component"]
             declared.add(app)
             if app in targets:
                 statics.append({**static, "targets": [targets[app]]})

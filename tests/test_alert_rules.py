@@ -21,13 +21,14 @@ import pytest
 import yaml
 
 from stream_pipelines.config import load_config
+from stream_pipelines.devtools import stack
 
 ROOT = Path(__file__).resolve().parents[1]
 MONITORING = ROOT / "monitoring"
 RULE_FILES = sorted((MONITORING / "rules").glob("*.yml"))
 RULE_TEST_FILES = sorted((MONITORING / "tests").glob("*.yml"))
 
-PAGING_ALERTS = {"WatermarkLagHigh", "QueryDown", "NoProgress"}
+PAGING_ALERTS = {"WatermarkLagHigh", "QueryDown", "NoProgress", "ReconciliationOverdue"}
 ALERTS = PAGING_ALERTS | {
     "WatermarkStalled",
     "PartitionStalled",
@@ -98,8 +99,13 @@ def test_prometheus_config_is_valid_and_matches_the_pipeline_config() -> None:
         static["labels"]["app"]: static["targets"]
         for job in prometheus["scrape_configs"]
         for static in job["static_configs"]
+        if "app" in static["labels"]
     }
     assert scraped == {app: [f"{config.metrics.host}:{port}"] for app, port in config.metrics.ports.items()}
+    # The day records' deadlines come from the plugin in the stack's Airflow api-server.
+    [days_job] = [job for job in prometheus["scrape_configs"] if job["job_name"] == "reconciliation_days"]
+    assert days_job["metrics_path"] == "/streaming-pipeline/metrics"
+    assert days_job["static_configs"][0]["targets"] == [f"127.0.0.1:{stack.AIRFLOW_PORT}"]
 
 
 # --------------------------------------------------------------------------- the rules themselves

@@ -33,18 +33,16 @@ for dag_id, dag in bag.dags.items():
         "catchup": dag.catchup,
         "schedule": str(dag.schedule) if hasattr(dag, "schedule") else None,
     }
-from airflow.serialization.serialized_objects import DagSerialization
-from airflow.timetables.base import TimeRestriction
-if "nightly_reconciliation" in bag.dags:
-    # The scheduler's view: the DAG as serialized, and the first run its timetable gives.
-    nightly = DagSerialization.from_dict(DagSerialization.to_dict(bag.dags["nightly_reconciliation"]))
-    first = nightly.timetable.next_dagrun_info(
-        last_automated_data_interval=None,
-        restriction=TimeRestriction(earliest=nightly.start_date, latest=None, catchup=True),
-    )
-    dags["nightly_reconciliation"]["first_run"] = {
-        "run_after": first.run_after.isoformat(), "data_interval_start": first.data_interval.start.isoformat()
-    }
+    timetable = dag.timetable
+    dags[dag_id]["timetable"] = type(timetable).__name__
+    condition = getattr(timetable, "asset_condition", None)
+    dags[dag_id]["assets"] = [condition.name] if condition is not None and hasattr(condition, "name") else []
+    dags[dag_id]["every_s"] = timetable.delta.total_seconds() if hasattr(timetable, "delta") else None
+    for t in dag.tasks:
+        rule = t.trigger_rule
+        dags[dag_id]["tasks"][t.task_id]["trigger_rule"] = getattr(rule, "value", str(rule))
+        dags[dag_id]["tasks"][t.task_id]["assigned_users"] = getattr(t, "assigned_users", None)
+        dags[dag_id]["tasks"][t.task_id]["outlets"] = [a.name for a in t.outlets]
 print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "seconds": elapsed,
                   "dags": dags, "heavy": heavy}))
 """
@@ -95,21 +93,60 @@ def test_policy_owner_tags_retries_and_backoff(airflow_env):
         assert run_app["retry_delay"] <= 10 and not run_app["backoff"]
 
 
-def test_the_nightly_reconciles_each_day_after_it_ends_from_the_go_live_day_on(airflow_env):
+def test_the_data_drives_each_days_reconciliation_and_sign_off(airflow_env):
+    """reconciliation_days watches from the go-live day and emits the due asset; the reconciliation runs
+    once per day it names; a final run's report asks the named reviewers for a sign-off."""
+    bag = load_bag(
+        {
+            **airflow_env,
+            "PIPELINE_NIGHTLY_START_DATE": "2026-11-02",
+            "PIPELINE_DAYS_WATCH_EVERY": "2 minutes",
+            "PIPELINE_COMPLIANCE_REVIEWERS": "ann, bob",
+        }
+    )
+    watcher = bag["dags"]["reconciliation_days"]
+    assert watcher["start_date"].startswith("2026-11-02") and watcher["every_s"] == 120
+    assert watcher["catchup"] is False and watcher["max_active_runs"] == 1
+    assert watcher["tasks"]["watch_days"]["outlets"] == ["reconciliation_day_due"]
+
+    nightly = bag["dags"]["nightly_reconciliation"]
+    assert (nightly["timetable"], nightly["assets"]) == (
+        "PartitionedAssetTimetable",
+        ["reconciliation_day_due"],
+    )
+    assert nightly["max_active_runs"] == 1
+    assert nightly["tasks"]["ask_sign_off"]["outlets"] == ["reconciliation_final_reported"]
+    assert nightly["tasks"]["record"]["outlets"] == []
+    assert nightly["tasks"]["record_failure"]["trigger_rule"] == "one_failed"
+
+    sign_off = bag["dags"]["compliance_sign_off"]
+    assert (sign_off["timetable"], sign_off["assets"]) == (
+        "PartitionedAssetTimetable",
+        ["reconciliation_final_reported"],
+    )
+    assert sign_off["tasks"]["sign_off"]["assigned_users"] == [
+        {"id": "ann", "name": "ann"},
+        {"id": "bob", "name": "bob"},
+    ]
+
+
+def test_the_event_day_is_the_param_then_the_partition_key_then_the_data_interval():
     from stream_pipelines.airflow.nightly import event_day
 
-    bag = load_bag({**airflow_env, "PIPELINE_NIGHTLY_START_DATE": "2026-11-02"})
-    nightly = bag["dags"]["nightly_reconciliation"]
-    assert nightly["catchup"] is True
-    first = nightly["first_run"]
-    # The first run starts at midnight after the go-live day, and reconciles the go-live day itself.
-    assert first["run_after"].startswith("2026-11-03T00:00:00")
-    interval_start = datetime.fromisoformat(first["data_interval_start"])
-    assert event_day(None, interval_start, None) == "2026-11-02"
+    assert event_day("2026-01-01", "2026-02-02") == "2026-01-01"
+    assert event_day(None, "2026-02-02") == "2026-02-02"
+    assert event_day(None, None, datetime(2026, 3, 4)) == "2026-03-04"
 
 
-def test_a_bad_go_live_day_is_an_import_error_naming_the_variable(airflow_env):
-    bag = load_bag({**airflow_env, "PIPELINE_NIGHTLY_START_DATE": "last tuesday"})
-    errors = bag["errors"]
-    [error] = [message for path, message in errors.items() if path.endswith("nightly_reconciliation.py")]
-    assert "PIPELINE_NIGHTLY_START_DATE='last tuesday' is not a YYYY-MM-DD date" in error
+def test_a_bad_go_live_day_watch_interval_or_reviewer_list_is_an_import_error_naming_the_variable(
+    airflow_env,
+):
+    cases = [
+        ("PIPELINE_NIGHTLY_START_DATE", "last tuesday", "reconciliation_days.py", "is not a YYYY-MM-DD date"),
+        ("PIPELINE_DAYS_WATCH_EVERY", "often", "reconciliation_days.py", "PIPELINE_DAYS_WATCH_EVERY='often'"),
+        ("PIPELINE_COMPLIANCE_REVIEWERS", "ann,,bob", "compliance_sign_off.py", "must list Airflow user ids"),
+    ]
+    for variable, value, dag_file, message in cases:
+        errors = load_bag({**airflow_env, variable: value})["errors"]
+        [error] = [text for path, text in errors.items() if path.endswith(dag_file)]
+        assert variable in error and message in error, error

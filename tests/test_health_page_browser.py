@@ -28,6 +28,7 @@ from stream_pipelines.devtools import stack
 from stream_pipelines.devtools.processes import free_port, stop_processes
 from stream_pipelines.lease import Lease, LeaseKeeper
 from stream_pipelines.metrics import MetricsExporter, observe_event_time, observe_quarantine
+from stream_pipelines.monitoring_rules import render_prometheus_config
 from stream_pipelines.store import write_atomically, write_json
 from tests.conftest import pipeline_environment, wait_for
 
@@ -392,16 +393,9 @@ def test_late_drops_and_quarantined_rows_of_the_last_hour_come_from_prometheus_w
     registry.register(recorder)
     server, _thread = start_http_server(exporter_port, addr="127.0.0.1", registry=registry)
 
-    scrape = yaml.safe_load((PROJECT_ROOT / "monitoring" / "prometheus.yml").read_text())
-    scrape["global"]["scrape_interval"] = "1s"
-    scrape.pop("alerting", None)
-    scrape.pop("rule_files", None)
-    (job,) = scrape["scrape_configs"]
-    job["static_configs"] = [
-        {"targets": [f"127.0.0.1:{exporter_port}"], "labels": static["labels"]}
-        for static in job["static_configs"]
-        if static["labels"]["app"] == APP
-    ]
+    scrape = render_prometheus_config(
+        targets={APP: f"127.0.0.1:{exporter_port}"}, rule_paths=[], interval="1s"
+    )
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(scrape))
     log = (tmp_path / "prometheus.log").open("wb")
     prometheus = subprocess.Popen(

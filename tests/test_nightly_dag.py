@@ -1,4 +1,5 @@
-"""The nightly reconciliation DAG through Airflow's own dag.test(), and triggered through the REST API.
+"""The reconciliation DAG through Airflow's own dag.test() (a manual run with the ``date`` param). Runs
+started by the data, through a real scheduler and the REST API, are in tests/test_day_lifecycle.py.
 
 Airflow runs in a child process so that its settings (AIRFLOW_HOME, the DB) never leak into the
 test session; the pipeline config reaches the tasks through PIPELINE__* variables, as in production.
@@ -11,21 +12,16 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
-import urllib.parse
-import urllib.request
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
 
 from stream_pipelines import store
-from stream_pipelines.airflow.nightly import START_DATE_VARIABLE, event_day
+from stream_pipelines.airflow.nightly import event_day
 from stream_pipelines.config import PROJECT_ROOT
 from stream_pipelines.devtools import stack
-from stream_pipelines.devtools.processes import stop_processes
-from tests.conftest import free_port, make_overrides_config, pipeline_environment
 
 DAG_FILE = PROJECT_ROOT / "dags" / "nightly_reconciliation.py"
 DAY = date(2026, 1, 1)
@@ -45,13 +41,16 @@ DAG_RUN = textwrap.dedent(
 )
 
 
-def test_event_day_prefers_the_param_then_the_data_interval():
+def test_event_day_prefers_the_param_then_the_partition_key_then_the_data_interval():
     start = datetime(2026, 3, 4, tzinfo=UTC)
-    assert event_day("2026-01-01", start, None) == "2026-01-01"
-    assert event_day(None, start, None) == "2026-03-04"
-    assert event_day("", None, datetime(2026, 3, 5, tzinfo=UTC)) == "2026-03-05"
+    assert event_day("2026-01-01", "2026-02-02", start) == "2026-01-01"
+    assert event_day(None, "2026-02-02", start) == "2026-02-02"
+    assert event_day(None, None, start) == "2026-03-04"
+    assert event_day("", None, None, datetime(2026, 3, 5, tzinfo=UTC)) == "2026-03-05"
     with pytest.raises(ValueError):
-        event_day("01/01/2026", start, None)
+        event_day("01/01/2026", None, start)
+    with pytest.raises(ValueError, match="partition key 'x' is not an event day"):
+        event_day(None, "x")
 
 
 def airflow_environment(tmp_path: Path, data_root: Path | str) -> dict[str, str]:
@@ -145,7 +144,13 @@ def test_the_dag_runs_every_task_through_dag_test(spark, tmp_path, nightly_data_
     outcome = json.loads(lines[-1].removeprefix("RESULT "))
     assert outcome["heavy_at_parse"] == [], "the DAG file imported Spark or GX at parse time"
     assert outcome["state"] == "success", f"{outcome}\n{run.stderr[-6000:]}"
-    assert set(outcome["tasks"]) == {"choose_day", "gx_raw_events", "reconcile", "gx_outputs", "report"}
+    assert outcome["tasks"] == {
+        **dict.fromkeys(
+            ("choose_day", "claim", "gx_raw_events", "reconcile", "gx_outputs", "report", "record"), "success"
+        ),
+        "record_failure": "skipped",
+        "ask_sign_off": "skipped",  # only a final run's report is signed off
+    }
 
     report = store.read_json(
         store.location(None, f"{data_root}/reports/reconciliation/{DAY.isoformat()}/report.json")
@@ -158,127 +163,9 @@ def test_the_dag_runs_every_task_through_dag_test(spark, tmp_path, nightly_data_
     ]
     assert all(gate["data_docs"] for gate in report["quality_gates"])
     assert report["compliance_rows"] == 2
-
-
-class AirflowRest:
-    """The calls the Airflow UI makes, through the public REST API (v2) with a JWT from /auth/token."""
-
-    def __init__(self, base_url: str, password: str) -> None:
-        self.base_url, self.password = base_url, password
-
-    def call(self, method: str, path: str, body: dict | None = None) -> dict:
-        token = self._request(
-            "POST", "/auth/token", {"username": stack.AIRFLOW_USER, "password": self.password}
-        )
-        return self._request(method, path, body, token["access_token"])
-
-    def _request(self, method: str, path: str, body: dict | None = None, token: str | None = None) -> dict:
-        request = urllib.request.Request(
-            self.base_url + path,
-            method=method,
-            data=None if body is None else json.dumps(body).encode(),
-            headers={
-                "Content-Type": "application/json",
-                "Accept": "application/json",
-                **({"Authorization": f"Bearer {token}"} if token else {}),
-            },
-        )
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return json.loads(response.read() or b"{}")
-
-
-def poll(check, timeout_s: float, what: str, every_s: float = 3.0):
-    deadline = time.monotonic() + timeout_s
-    last_error: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            found = check()
-        except (OSError, KeyError) as error:  # the server is not up yet, or the DAG not parsed yet
-            last_error, found = error, None
-        if found:
-            return found
-        time.sleep(every_s)
-    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what} (last error: {last_error})")
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(2400)
-def test_a_run_triggered_like_the_ui_does_succeeds_and_streams_the_job_into_the_task_log(
-    spark, make_overrides, tmp_path
-):
-    """Real Airflow components (api-server, scheduler, dag-processor) started as `make up` starts them."""
-    overrides = make_overrides()
-    config = make_overrides_config(overrides)
-    write_archive_for_day(spark, Path(config.paths.data_root))
-    port = free_port()
-    environment = {
-        **stack.airflow_environment(config, port),
-        **pipeline_environment(overrides),
-        # The streaming supervisors stay paused (no broker here); the test unpauses the nightly DAG.
-        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
-        # No scheduled run may start while the test runs, even across midnight.
-        START_DATE_VARIABLE: (datetime.now(UTC).date() + timedelta(days=1)).isoformat(),
-    }
-    assert stack.migrate_airflow_db(environment) is None
-    started = [component.name for component in stack.airflow_components(port)[:3]]
-    for component in stack.airflow_components(port)[:3]:
-        stack.start_component(config, component, environment)
-    try:
-        password = stack.airflow_admin_password(environment["AIRFLOW_HOME"], timeout_s=300)
-        assert password, "the api-server wrote no admin password"
-        rest = AirflowRest(f"http://127.0.0.1:{port}", password)
-        poll(
-            lambda: rest.call("GET", "/api/v2/dags/nightly_reconciliation")["dag_id"],
-            600,
-            "the DAG to be parsed",
-        )
-
-        rest.call("PATCH", "/api/v2/dags/nightly_reconciliation", {"is_paused": False})
-        run = rest.call(
-            "POST",
-            "/api/v2/dags/nightly_reconciliation/dagRuns",
-            {"logical_date": None, "conf": {"date": DAY.isoformat()}},
-        )
-        run_path = f"/api/v2/dags/nightly_reconciliation/dagRuns/{urllib.parse.quote(run['dag_run_id'])}"
-        state = poll(
-            lambda: (s := rest.call("GET", run_path)["state"]) in ("success", "failed") and s,
-            1500,
-            "the run to finish",
-            every_s=5,
-        )
-        tasks = {
-            ti["task_id"]: ti["state"]
-            for ti in rest.call("GET", f"{run_path}/taskInstances")["task_instances"]
-        }
-        assert state == "success", f"{tasks}\n{_stack_logs(config)}"
-        assert tasks == dict.fromkeys(
-            ("choose_day", "gx_raw_events", "reconcile", "gx_outputs", "report"), "success"
-        )
-
-        log = rest.call("GET", f"{run_path}/taskInstances/reconcile/logs/1?full_content=true")["content"]
-        lines = [entry for entry in log if isinstance(entry, dict) and "event" in entry]
-        verdicts = [line for line in lines if str(line["event"]).startswith("reconcile:")]
-        assert verdicts and all(line["level"] == "info" for line in verdicts), (
-            "the job's summary is in the log"
-        )
-        steps = [line for line in lines if str(line["event"]).startswith("reconcile progress [")]
-        assert len(steps) >= 5, "the job's steps reach the task log as they start"
-        spark_info = [line for line in lines if " INFO " in str(line["event"])[:30]]
-        assert spark_info and all(line["level"] == "info" for line in spark_info), (
-            "Spark INFO is not an error"
-        )
-    finally:
-        stray = stack.stop_components(config, started)
-        stop_processes(stray)
-
-    report = json.loads(
-        (
-            Path(config.paths.data_root) / "reports/reconciliation" / DAY.isoformat() / "report.json"
-        ).read_text()
+    # A manual run of a day the data has not closed is recorded as such, with the report's figures.
+    record = store.read_json(
+        store.location(None, f"{data_root}/reports/reconciliation/days/{DAY.isoformat()}.json")
     )
-    assert report["status"] == "passed" and len(report["quality_gates"]) == 3
-
-
-def _stack_logs(config) -> str:
-    logs = stack.stack_dir(config) / "logs"
-    return "\n".join(f"--- {log.name}\n{log.read_text()[-2000:]}" for log in sorted(logs.glob("*.log")))
+    assert record["runs"]["manual"]["status"] == "passed" and record["runs"]["manual"]["manual"] is True
+    assert record["runs"]["manual"]["figures"]["compliance_rows"] == 2

@@ -38,6 +38,7 @@ from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
 from stream_pipelines.control import AppStatus, ControlStore, Restarts, app_status
 from stream_pipelines.lease import Lease, LeaseRecord
 from stream_pipelines.procfs import process_exists
+from stream_pipelines.reconciliation import days as day_states
 from stream_pipelines.registry import APP_NAMES, APPS, spark_query_name
 from stream_pipelines.registry import app as declared_app
 from stream_pipelines.store import StoreError
@@ -520,6 +521,47 @@ def reconciliation_root(config: PipelineConfig) -> Path:
     return report_dir(config, "_").parent
 
 
+@dataclass
+class EventDay:
+    """One event day on its way to signed-off figures (reconciliation.days), as the page shows it."""
+
+    day: str
+    state: str
+    # Why the day is not further along: one line per query that holds it (while open or closed).
+    waiting_for: list[str]
+    # Each run's outcome: status, figures, report digest, when; None until it ran.
+    provisional: dict[str, Any] | None
+    final: dict[str, Any] | None
+    # The standing decision on the final report: approved or rejected, by whom, when, their comment.
+    sign_off: dict[str, Any] | None
+    overdue: bool
+
+
+def event_days(config: PipelineConfig, now: float, limit: int = RECONCILIATION_DAYS_SHOWN) -> list[EventDay]:
+    """The newest day records, newest first; a day past its deadline without a final run is overdue."""
+    deadline_ms = config.reconciliation.final_deadline.milliseconds
+    found = []
+    for record in day_states.recent_days(config, limit):
+        day = datetime.fromisoformat(record["day"]).date()
+        runs = record.get("runs", {})
+        final = runs.get(day_states.FINAL)
+        found.append(
+            EventDay(
+                day=record["day"],
+                state=record["state"],
+                waiting_for=record.get("holding", [])
+                if record["state"] in (day_states.OPEN, day_states.CLOSED)
+                else [],
+                provisional=runs.get(day_states.PROVISIONAL),
+                final=final,
+                sign_off=record.get("sign_off"),
+                overdue=not (final or {}).get("finished_at")
+                and now * 1000 >= day_states.horizon_end_ms(day, config) + deadline_ms,
+            )
+        )
+    return found
+
+
 # --------------------------------------------------------------------------- the whole page
 
 
@@ -529,6 +571,8 @@ class HealthPage:
     rows: list[AppRow]
     reconciliation: list[ReconciliationDay]
     reconciliation_error: str | None
+    days: list[EventDay]
+    days_error: str | None
     alerts: list[dict[str, Any]]
     alerts_source: str
     prometheus_source: str
@@ -611,11 +655,19 @@ def collect(
         reconciliation = reconciliation_days(config)
     except (OSError, ValueError) as error:
         reconciliation_error = f"unreachable: {error}"
+    days: list[EventDay] = []
+    days_error = None
+    try:
+        days = event_days(config, now)
+    except (OSError, ValueError, StoreError) as error:
+        days_error = f"unreachable: {error}"
     return HealthPage(
         generated_at=iso(now),
         rows=rows,
         reconciliation=reconciliation,
         reconciliation_error=reconciliation_error,
+        days=days,
+        days_error=days_error,
         alerts=alerts,
         alerts_source=alerts_source,
         prometheus_source=prometheus_source,

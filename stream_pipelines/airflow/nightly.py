@@ -19,9 +19,9 @@ from stream_pipelines.airflow import task_config
 from stream_pipelines.config import PipelineConfig
 
 log = logging.getLogger(__name__)
-# The first event day to reconcile (the go-live day): catchup reconciles every day since, and none
-# before; a far-past default on a fresh deployment would queue a run for every day in between.
-# `make up` sets it to the stack's first day.
+# The first event day to reconcile (the go-live day): the day states watch every day since, and none
+# before; a far-past default on a fresh deployment would ask for a run of every day in between and
+# count each as overdue. `make up` sets it to the stack's first day.
 START_DATE_VARIABLE = "PIPELINE_NIGHTLY_START_DATE"
 DEFAULT_FIRST_DAY = "2026-01-01"
 # log4j's default console layout: "yy/MM/dd HH:mm:ss LEVEL logger: message".
@@ -39,15 +39,37 @@ def first_event_day() -> datetime:
 
 
 def event_day(
-    requested: str | None, data_interval_start: datetime | None, logical_date: datetime | None
+    requested: str | None,
+    partition_key: str | None,
+    data_interval_start: datetime | None = None,
+    logical_date: datetime | None = None,
 ) -> str:
-    """D: the ``date`` param when given (reruns from the UI), else the run's data interval start."""
+    """D: the ``date`` param when given (reruns by hand), else the day the asset event named (the run's
+    partition key), else the run's data interval start."""
     if requested:
         return date.fromisoformat(str(requested)).isoformat()
+    if partition_key:
+        try:
+            return date.fromisoformat(partition_key).isoformat()
+        except ValueError as error:
+            raise ValueError(
+                f"the run's partition key {partition_key!r} is not an event day (YYYY-MM-DD)"
+            ) from error
     moment = data_interval_start or logical_date
     if moment is None:
-        raise ValueError("no date param and no data interval: cannot choose the event day")
+        raise ValueError("no date param, no partition key and no data interval: cannot choose the event day")
     return moment.date().isoformat()
+
+
+def requested_kind(triggering_events: Any, day: str) -> str | None:
+    """The kind of run the day states asked for D (from the asset event's extra), None for a run nobody's
+    asset event asked for (a manual trigger)."""
+    for events in (triggering_events or {}).values():
+        for event in events:
+            due = (getattr(event, "extra", None) or {}).get("due") or {}
+            if day in due:
+                return str(due[day])
+    return None
 
 
 def _spark(config: PipelineConfig, name: str):

@@ -3,9 +3,11 @@
 - ``/streaming-pipeline/``: the page, server-rendered HTML that reloads itself every 10 s;
 - ``/streaming-pipeline/api/health``: the same data as JSON;
 - ``/streaming-pipeline/reports/<day>/<file>``: a nightly reconciliation report, read through the
-  file layer (so it works on S3 too).
+  file layer (so it works on S3 too);
+- ``/streaming-pipeline/metrics``: for Prometheus, how many event days are past their final
+  reconciliation's deadline (the ReconciliationOverdue alert); open, as exporters are.
 
-Airflow mounts plugin apps without its login in front of them, so every route checks the caller's
+Airflow mounts plugin apps without its login in front of them, so every other route checks the caller's
 JWT as the REST API does (``get_user``: the ``Authorization: Bearer`` header, else the ``_token``
 cookie the UI's login sets, which the browser sends with the page the UI shows in its iframe) and
 that the user may see the UI (``requires_access_view``). A browser that is not logged in is sent to
@@ -79,6 +81,12 @@ def create_app() -> FastAPI:
     def health_json(_user: Annotated[Any, Depends(_airflow_user)]) -> JSONResponse:
         return JSONResponse(health.collect(task_config()).as_json())
 
+    @app.get("/metrics")
+    def metrics() -> Response:
+        # Open like any Prometheus exporter (Prometheus has no Airflow login): it says only how many
+        # event days are past their final reconciliation's deadline.
+        return Response(overdue_exposition(task_config()), media_type="text/plain; version=0.0.4")
+
     @app.get("/reports/{day}/{name}")
     def report_file(day: str, name: str, _user: Annotated[Any, Depends(_airflow_user)]) -> Response:
         match = _REPORT_FILE.fullmatch(name)
@@ -93,6 +101,24 @@ def create_app() -> FastAPI:
         return Response(data, media_type=_MEDIA_TYPES[match.group(1)])
 
     return app
+
+
+def overdue_exposition(config: Any, now: float | None = None) -> str:
+    """Prometheus' text format: the event days past their final deadline (reconciliation.days)."""
+    from datetime import UTC, datetime
+
+    from stream_pipelines.airflow.nightly import first_event_day
+    from stream_pipelines.reconciliation import days
+
+    moment = datetime.now(UTC) if now is None else datetime.fromtimestamp(now, UTC)
+    overdue = days.overdue_days(config, first_event_day().date(), moment)
+    name = days.OVERDUE_METRIC
+    return (
+        f"# HELP {name} Event days past their end + late horizon + reconciliation.final_deadline "
+        "without a final reconciliation.\n"
+        f"# TYPE {name} gauge\n"
+        f"{name} {len(overdue)}\n"
+    )
 
 
 # --------------------------------------------------------------------------- HTML
@@ -177,7 +203,9 @@ Counts: {_e(page.prometheus_source)}. Alerts: {_e(page.alerts_source)}.
 {partitions or '<p class="small">No app exports per-partition event time right now.</p>'}
 <h2>Active alerts</h2>
 {_alerts(page)}
-<h2>Nightly reconciliation</h2>
+<h2>Event days: from open to signed off</h2>
+{_event_days(page)}
+<h2>Reconciliation reports: the last run of each day</h2>
 {_reconciliation(page)}
 <script>{_SCRIPT}</script>
 </body></html>"""
@@ -355,6 +383,85 @@ def _reconciliation(page: health.HealthPage) -> str:
     ]
     headings = ["Event day", "Status", "Unexplained", "Pending deliveries", "Report"]
     return _table("reconciliation", headings, rows)
+
+
+_STATE_LABELS = {
+    "open": "open",
+    "closed": "closed",
+    "reconciled_provisional": "reconciled (provisional)",
+    "final": "final",
+    "reconciled_final": "reconciled (final)",
+    "signed_off": "signed off",
+}
+
+
+def _run_cell(run: dict[str, Any] | None, kind: str) -> str:
+    if not run or not run.get("finished_at"):
+        started = (run or {}).get("started_at")
+        return _small(f"running since {_e(started)}") if started else _small("not run")
+    figures = run.get("figures", {})
+    counts = figures.get("window_counts", {})
+    diffs = figures.get("diffs", {})
+    status = str(run.get("status"))
+    lines = [
+        _tag("span", _e(status), class_="bad" if status == "failed" else None, data_field=f"{kind}-status"),
+        f"{_e(counts.get('exact_windows', '-'))} exact / "
+        f"{_e(counts.get('streaming_windows', '-'))} streamed windows",
+        "diffs: " + (", ".join(f"{_e(n)} {_e(v)}" for v, n in sorted(diffs.items())) or "none"),
+        f"ledger {_e(figures.get('late_event_ledger', '-'))} · "
+        f"compliance rows {_e(figures.get('compliance_rows', '-'))}",
+        _small(f"{_e(run.get('finished_at'))} · {_e(run.get('report_digest', ''))[:19]}"),
+    ]
+    return "<br>".join(lines)
+
+
+def _sign_off_cell(day: health.EventDay) -> str:
+    decision = day.sign_off
+    if not decision:
+        return _small("awaiting a reviewer" if day.final and day.final.get("finished_at") else "-")
+    text = f"{_e(decision.get('decision'))} by {_e(decision.get('by'))}"
+    comment = f"<br>“{_e(decision.get('comment'))}”" if decision.get("comment") else ""
+    return (
+        _tag(
+            "span",
+            text,
+            class_="bad" if decision.get("decision") == "rejected" else None,
+            data_field="sign-off",
+        )
+        + comment
+        + _small(_e(decision.get("at")))
+    )
+
+
+def _event_days(page: health.HealthPage) -> str:
+    if page.days_error:
+        return _tag("p", f"day records {_e(page.days_error)}", class_="unreachable")
+    if not page.days:
+        return _tag(
+            "p", "No event day checked yet (the reconciliation_days DAG records them).", class_="small"
+        )
+    rows = []
+    for day in page.days:
+        state = _tag("span", _e(_STATE_LABELS.get(day.state, day.state)), class_="state", data_field="state")
+        if day.overdue:
+            state += _tag("div", "final run overdue", class_="bad")
+        waiting = (
+            _tag("ul", "".join(_tag("li", _e(line)) for line in day.waiting_for)) if day.waiting_for else ""
+        )
+        rows.append(
+            _tag(
+                "tr",
+                _tag("td", _e(day.day))
+                + _tag("td", state + waiting)
+                + _tag("td", _run_cell(day.provisional, "provisional"))
+                + _tag("td", _run_cell(day.final, "final"))
+                + _tag("td", _sign_off_cell(day))
+                + _tag("td", _tag("a", "report", href=f"{URL_PREFIX}/reports/{day.day}/report.html")),
+                data_day=day.day,
+            )
+        )
+    headings = ["Event day", "State", "Provisional run", "Final run", "Sign-off", "Report"]
+    return _table("days", headings, rows)
 
 
 # --------------------------------------------------------------------------- the plugin

@@ -193,6 +193,8 @@ h3{font-size:1.05em;margin:1.2em 0 .4em}
 .verdict ul{margin:.3em 0 0;padding-left:1.2em}
 .badge{display:inline-block;padding:.1em .6em;border-radius:4px;color:#fff;font-weight:700}
 .badge.passed{background:var(--ok)}.badge.failed{background:var(--bad)}.badge.empty_day{background:var(--muted)}
+.sign-off{margin:.4em 0 0;padding:.3em .6em;border-radius:4px;background:#e6f4ea}
+.sign-off.rejected{background:#fde8e8}
 .cards{display:grid;grid-template-columns:repeat(3,1fr);gap:.8em;margin:1em 0}
 .card{border:1px solid var(--line);border-radius:6px;padding:.6em .8em}
 .card dt{color:var(--muted);font-size:.85em}
@@ -591,6 +593,53 @@ def _pdf_note(document: dict[str, Any]) -> str:
     return f" No PDF copy: {html.escape(str(pdf.get('reason')))}."
 
 
+def _sign_off(decision: dict[str, Any] | None) -> str:
+    """The reviewer's decision on this report, once made (compliance_sign_off records it)."""
+    if not decision:
+        return ""
+    verdict = "Signed off" if decision.get("decision") == "approved" else "Rejected"
+    comment = f": “{html.escape(str(decision['comment']))}”" if decision.get("comment") else ""
+    return (
+        f'<p class="sign-off {html.escape(str(decision.get("decision")))}"><strong>{verdict}</strong> by '
+        f"{html.escape(str(decision.get('by')))} at {html.escape(_moment(decision.get('at')))}{comment} "
+        f"(report {html.escape(str(decision.get('report_digest', ''))[:19])}…)</p>"
+    )
+
+
+_DAY_STATES = {
+    "reconciled_provisional": "reconciled (provisional)",
+    "reconciled_final": "reconciled (final)",
+    "signed_off": "signed off",
+}
+
+
+def _day_runs(day: dict[str, Any] | None) -> str:
+    """The day's state and its runs' figures side by side, as the day states keep them."""
+    if not day or not day.get("runs"):
+        return ""
+    cells = []
+    for kind in ("provisional", "final", "manual"):
+        run = day["runs"].get(kind)
+        if not run:
+            continue
+        figures = run.get("figures") or {}
+        counts = figures.get("window_counts") or {}
+        diffs = ", ".join(f"{n} {v}" for v, n in sorted((figures.get("diffs") or {}).items())) or "none"
+        cells.append(
+            f"<tr><th>{html.escape(kind)}</th><td>{html.escape(str(run.get('status')))}</td>"
+            f"<td>{html.escape(str(counts.get('exact_windows', '-')))} / "
+            f"{html.escape(str(counts.get('streaming_windows', '-')))}</td><td>{html.escape(diffs)}</td>"
+            f"<td>{html.escape(str(figures.get('compliance_rows', '-')))}</td>"
+            f"<td>{html.escape(_moment(run.get('finished_at')))}</td></tr>"
+        )
+    state = html.escape(_DAY_STATES.get(str(day.get("state")), str(day.get("state"))))
+    return (
+        f'<div class="day-runs"><p>Day state: <strong>{state}</strong></p><table><tr><th>run</th>'
+        "<th>status</th><th>exact / streamed windows</th><th>diffs</th><th>compliance rows</th>"
+        f"<th>finished</th></tr>{''.join(cells)}</table></div>"
+    )
+
+
 def render_html(document: dict[str, Any], plots: dict[str, tuple[bytes, str]]) -> str:
     """The whole report page; ``plots`` maps each plot's name to its PNG bytes and caption."""
     summary = report_summary(document)
@@ -601,11 +650,12 @@ def render_html(document: dict[str, Any], plots: dict[str, tuple[bytes, str]]) -
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>Reconciliation {day}: {html.escape(status)}</title><style>{STYLE}</style>"
         f"<script>{SCRIPT}</script></head><body>"
-        f"<header><h1>Nightly reconciliation, event day {day} "
+        f"<header><h1>Reconciliation, event day {day} "
         f'<span class="badge {html.escape(status)}">{html.escape(status.replace("_", " ").upper())}</span>'
         "</h1><div class=muted>Sensor windows and ad matches: the stream against an exact recompute from "
         f"the raw archive. Run at {html.escape(_moment(document.get('inputs', {}).get('run_at')))}."
-        f"{_pdf_note(document)}</div></header>"
+        f"{_pdf_note(document)}</div>{_sign_off(document.get('sign_off'))}{_day_runs(document.get('day_state'))}"
+        "</header>"
         f"<nav>{nav}</nav><main>"
         + summary_section(summary)
         + plots_section(plots)

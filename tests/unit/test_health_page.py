@@ -371,3 +371,62 @@ def test_the_page_says_which_kind_of_restart_came_last_and_why(tmp_path):
     control.record_restart(APP, cause="spark-submit exited with code -9, killed by signal 9", kind="driver")
     [row] = [row for row in health.collect(config).rows if row.app == APP]
     assert row.last_restart.startswith("driver restarted at ") and "killed by signal 9" in row.last_restart
+
+
+def test_each_event_day_shows_its_state_what_holds_it_both_runs_side_by_side_and_who_signed(stored_root):
+    """The page's "Event days" table, from the day records the watcher and the runs write."""
+    from datetime import date
+
+    from stream_pipelines.airflow.plugin import overdue_exposition, render_page
+    from stream_pipelines.reconciliation import days
+    from stream_pipelines.store import write_json
+
+    config = load_config(
+        "local",
+        [*stored_root, "reconciliation.late_horizon=1 hour", "reconciliation.final_deadline=2 hours"],
+        environ={},
+    )
+    signed, waiting, overdue = date(2026, 11, 20), date(2026, 11, 21), date(2026, 11, 19)
+    now = datetime(2026, 11, 22, 2, tzinfo=UTC)
+    report = {"status": "passed", "window_counts": {"exact_windows": 288, "streaming_windows": 288}}
+    days.record_run(config, signed, days.PROVISIONAL, {**report, "diffs": [{"verdict": "pending"}]}, "p", now)
+    days.record_run(config, signed, days.FINAL, {**report, "diffs": []}, "f", now)
+    digest = days.report_digest({**report, "diffs": []})
+    days.record_sign_off(
+        config, signed, decision=days.REJECTED, by="ann", comment="<b>short</b>", shown_digest=digest,
+        current_digest=digest, now=now,
+    )  # fmt: skip
+    write_json(
+        days.day_path(config, waiting),
+        {
+            **days.read_day(config, waiting),
+            "holding": ["sensor_aggregation.tumbling: not yet past X in sensors[1]"],
+        },
+    )
+    write_json(days.day_path(config, overdue), days.read_day(config, overdue))
+
+    shown = {d.day: d for d in health.event_days(config, now.timestamp())}
+    assert list(shown) == ["2026-11-21", "2026-11-20", "2026-11-19"]
+    assert shown["2026-11-21"].state == days.OPEN and shown["2026-11-21"].waiting_for
+    assert (shown["2026-11-20"].state, shown["2026-11-20"].sign_off["decision"]) == (
+        days.RECONCILED_FINAL,
+        "rejected",
+    )
+    assert shown["2026-11-20"].provisional["figures"]["diffs"] == {"pending": 1}
+    assert shown["2026-11-20"].final["figures"]["diffs"] == {}
+    # A day's deadline is its end + 1 hour horizon + 2 hours: 2026-11-21's is 03:00 today, not yet.
+    assert shown["2026-11-19"].overdue and not shown["2026-11-21"].overdue
+
+    page = health.collect(config, now=now.timestamp())
+    html = render_page(page)
+    assert '<table id="days">' in html and '<tr data-day="2026-11-20">' in html
+    assert "rejected by ann" in html and "&lt;b&gt;short&lt;/b&gt;" in html
+    assert "not yet past X in sensors[1]" in html and "final run overdue" in html
+
+    exposition = overdue_exposition(config, now=now.timestamp())
+    assert "pipeline_reconciliation_overdue_days " in exposition
+    # The exporter counts from the go-live day (2026-01-01 unless set): every day before 2026-11-20 that
+    # has no final run is overdue, 2026-11-20 itself has one.
+    expected = (date(2026, 11, 20) - date(2026, 1, 1)).days
+    assert f"pipeline_reconciliation_overdue_days {expected}\n" in exposition
+    assert days.overdue_days(config, date(2026, 11, 19), now) == ["2026-11-19"]

@@ -68,9 +68,20 @@ def test_prometheus_config_keeps_only_the_named_targets_and_its_job_settings(tmp
     assert config["rule_files"] == [str(rules)]
     assert config["alerting"] == {"alertmanagers": [{"static_configs": [{"targets": ["127.0.0.1:6666"]}]}]}
     (job,) = config["scrape_configs"]
-    (source_job,) = source["scrape_configs"]
+    source_job, days_job = source["scrape_configs"]
     assert without(job, "static_configs") == without(source_job, "static_configs")
     assert job["static_configs"] == [{"targets": ["127.0.0.1:5555"], "labels": {"app": "sensor_aggregation"}}]
+
+    # A component of the stack is named by its label like an app.
+    with_days = render_prometheus_config(targets={"airflow-api-server": "127.0.0.1:7777"}, rule_paths=[rules])
+    assert with_days["scrape_configs"] == [
+        {
+            **days_job,
+            "static_configs": [
+                {"targets": ["127.0.0.1:7777"], "labels": {"component": "airflow-api-server"}}
+            ],
+        }
+    ]
 
     no_alerting = render_prometheus_config(targets={"raw_archive": "127.0.0.1:1"}, rule_paths=[rules])
     assert "alerting" not in no_alerting and no_alerting["global"] == source["global"]

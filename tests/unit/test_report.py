@@ -255,3 +255,52 @@ def test_an_empty_day_renders_with_its_reason_and_no_empty_plots():
     page = Page(rendered(empty))
     assert page.sections == ["summary", "plots", "details", "provenance"]
     assert "No window needed a correction." in " ".join(page.text)
+
+
+def test_a_sign_off_shows_at_the_top_with_who_when_and_the_comment_escaped(document):
+    signed = {
+        **document,
+        "sign_off": {
+            "decision": "rejected",
+            "by": "ann",
+            "at": "2026-11-26T10:00:00+00:00",
+            "comment": "<b>window 10:05</b> looks short",
+            "report_digest": "sha256:0123456789abcdef0123",
+        },
+    }
+    page = rendered(signed)
+    header = page[page.index("<header>") : page.index("</header>")]
+    assert (
+        '<p class="sign-off rejected"><strong>Rejected</strong> by ann at 2026-11-26 10:00:00 UTC' in header
+    )
+    assert "&lt;b&gt;window 10:05&lt;/b&gt; looks short" in header and "<b>window" not in page
+    assert 'class="sign-off' not in rendered(document)
+
+
+def test_the_days_runs_show_side_by_side_under_the_title(document):
+    run = {"status": "passed", "finished_at": "2026-11-26T10:00:00+00:00", "manual": False}
+    day = {
+        "state": "reconciled_final",
+        "runs": {
+            "provisional": {
+                **run,
+                "figures": {
+                    "window_counts": {"exact_windows": 8, "streaming_windows": 7},
+                    "diffs": {"pending": 1},
+                },
+            },
+            "final": {
+                **run,
+                "figures": {
+                    "window_counts": {"exact_windows": 8, "streaming_windows": 8},
+                    "diffs": {},
+                    "compliance_rows": 8,
+                },
+            },
+        },
+    }
+    page = rendered({**document, "day_state": day})
+    header = page[page.index("<header>") : page.index("</header>")]
+    assert "Day state: <strong>reconciled (final)</strong>" in header
+    assert "<tr><th>provisional</th><td>passed</td><td>8 / 7</td><td>1 pending</td><td>-</td>" in header
+    assert "<tr><th>final</th><td>passed</td><td>8 / 8</td><td>none</td><td>8</td>" in header

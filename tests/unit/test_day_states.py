@@ -1,0 +1,286 @@
+"""Day states: completeness from the batch log and the partitions, forward only; runs due at least once
+and claimed at most once per kind; sign-off bound to the report shown. On a local disk and on S3.
+
+The batch log here is real files in the store (what the recorder copies: offsets/N and commits/N), read
+by ``batch_log.newest_committed``; Kafka's per-partition answer is given as the table it would return
+(the real broker's answer is tested in tests/test_day_watcher.py).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, date, datetime, timedelta
+
+import pytest
+
+from stream_pipelines import batch_log, store
+from stream_pipelines.config import load_config
+from stream_pipelines.reconciliation import days
+
+DAY = date(2026, 3, 1)
+DAY_END = datetime(2026, 3, 2, tzinfo=UTC)
+HORIZON = timedelta(hours=1)
+MS = 1000
+
+
+@pytest.fixture
+def config(stored_root):
+    return load_config(
+        "local",
+        [
+            *stored_root,
+            "reconciliation.late_horizon=1 hour",
+            "reconciliation.request_retry=10 minutes",
+            "reconciliation.final_deadline=2 hours",
+        ],
+        environ={},
+    )
+
+
+def ms(moment: datetime) -> int:
+    return int(moment.timestamp() * MS)
+
+
+def log_batch(
+    config, name: str, batch: int, *, watermark: datetime, planned: datetime, ends: dict, committed=True
+):
+    """One batch of a query in the batch log, as the recorder copies it from the checkpoint."""
+    app, query = name.split(".")
+    folder = batch_log.query_log_dir(config, app, query)
+    metadata = {"batchWatermarkMs": ms(watermark), "batchTimestampMs": ms(planned), "conf": {}}
+    offsets = {topic: {str(p): o for p, o in parts.items()} for topic, parts in ends.items()}
+    store.write_atomically(
+        folder / "offsets" / str(batch), f"v1\n{json.dumps(metadata)}\n{json.dumps(offsets)}"
+    )
+    if committed:
+        store.write_atomically(folder / "commits" / str(batch), 'v1\n{"nextBatchWatermarkMs":0}')
+
+
+SENSORS = {"sensors": {0: 100, 1: 100}}
+ADS = {"impressions": {0: 100}, "clicks": {0: 100}}
+ALL = {**SENSORS, **ADS}
+
+
+def log_streams(config, batch: int, watermark: datetime, planned: datetime, ends=None):
+    for name, read in (
+        ("sensor_aggregation.tumbling", SENSORS),
+        ("sensor_aggregation.sliding", SENSORS),
+        ("ad_matching.matches", ADS),
+        ("raw_archive.archive", ALL),
+    ):
+        log_batch(config, name, batch, watermark=watermark, planned=planned, ends=ends or read)
+
+
+class Kafka:
+    """The broker's answer to 'first offset stamped at or after T', per partition: every partition holds
+    records stamped up to ``newest`` (one per offset, a minute apart, offset 0 at ``first``), except the
+    stalled ones, which stopped at ``stalled_at``."""
+
+    def __init__(self, first: datetime, stalled: dict[tuple[str, int], datetime] | None = None) -> None:
+        self.first, self.stalled = first, stalled or {}
+        self.asked: list[int] = []
+
+    def __call__(self, partitions, moment_ms: int):
+        self.asked.append(moment_ms)
+        answer = {}
+        for coordinate in partitions:
+            offset = max(0, -(-(moment_ms - ms(self.first)) // 60_000))
+            stop = self.stalled.get(coordinate)
+            answer[coordinate] = None if stop is not None and moment_ms > ms(stop) else offset
+        return answer
+
+
+def watch(config, now: datetime, kafka: Kafka, first_day: date = DAY) -> days.Watched:
+    return days.watch(config, now, first_day, kafka)
+
+
+def test_a_day_closes_when_every_query_has_written_its_last_window_and_is_final_after_the_horizon(config):
+    # Offsets are a minute apart from the day's last hour: offset 60 is the first record at D's end.
+    kafka = Kafka(DAY_END - timedelta(hours=1))
+    log_streams(config, 1, watermark=DAY_END - timedelta(minutes=10), planned=DAY_END)
+    first = watch(config, DAY_END + timedelta(minutes=1), kafka)
+    assert first.states == {"2026-03-01": days.OPEN} and first.due == []
+    holding = days.read_day(config, DAY)["holding"]
+    assert any(
+        "sensor_aggregation.tumbling: at 2026-03-01T23:50:00+00:00, needs 2026-03-02T00:00:00" in h
+        for h in holding
+    )
+
+    # The watermark passes the tumbling window's end but not the sliding one's (5 minutes later) nor the
+    # match interval's: still open.
+    log_streams(config, 2, watermark=DAY_END, planned=DAY_END + timedelta(minutes=5), ends=None)
+    assert watch(config, DAY_END + timedelta(minutes=6), kafka).states["2026-03-01"] == days.OPEN
+
+    log_streams(config, 3, watermark=DAY_END + timedelta(minutes=5), planned=DAY_END + timedelta(minutes=10))
+    closed = watch(config, DAY_END + timedelta(minutes=11), kafka)
+    assert closed.states["2026-03-01"] == days.CLOSED
+    assert closed.due == [days.Due(DAY, days.PROVISIONAL)]
+
+    # The horizon passes by the clock, but the archive has not read past it: closed, no final run due
+    # (the provisional one, with no outcome recorded, is asked for again).
+    late = watch(config, DAY_END + HORIZON + timedelta(minutes=1), kafka)
+    assert late.states["2026-03-01"] == days.CLOSED and late.due == [days.Due(DAY, days.PROVISIONAL)]
+    assert any(h.startswith("raw_archive.archive: at ") for h in days.read_day(config, DAY)["holding"])
+
+    log_streams(
+        config,
+        4,
+        watermark=DAY_END + HORIZON,
+        planned=DAY_END + HORIZON + timedelta(minutes=1),
+        ends={"sensors": {0: 200, 1: 200}, "impressions": {0: 200}, "clicks": {0: 200}},
+    )
+    final = watch(config, DAY_END + HORIZON + timedelta(minutes=2), kafka)
+    assert final.states["2026-03-01"] == days.FINAL
+    assert final.due == [days.Due(DAY, days.FINAL)]
+    assert [h["state"] for h in days.read_day(config, DAY)["history"]] == [days.CLOSED, days.FINAL]
+
+
+def test_a_stalled_partition_holds_the_day_open_though_the_watermark_has_passed(config):
+    kafka = Kafka(DAY_END - timedelta(hours=1), stalled={("sensors", 1): DAY_END - timedelta(minutes=30)})
+    log_streams(config, 1, watermark=DAY_END + HORIZON, planned=DAY_END + HORIZON)
+    seen = watch(config, DAY_END + timedelta(minutes=30), kafka)
+    assert seen.states["2026-03-01"] == days.OPEN and seen.due == []
+    holding = days.read_day(config, DAY)["holding"]
+    assert any(
+        "sensor_aggregation.tumbling: not yet past 2026-03-02T00:00:00+00:00 in sensors[1]" in h
+        for h in holding
+    )
+
+    # The partition delivers past D's end and the streams read it: closed.
+    kafka.stalled.clear()
+    assert watch(config, DAY_END + timedelta(minutes=31), kafka).states["2026-03-01"] == days.CLOSED
+
+
+def test_completeness_never_moves_back(config):
+    kafka = Kafka(DAY_END - timedelta(hours=1))
+    log_streams(config, 1, watermark=DAY_END + timedelta(minutes=10), planned=DAY_END + timedelta(minutes=10))
+    assert watch(config, DAY_END + timedelta(minutes=11), kafka).states["2026-03-01"] == days.CLOSED
+    # A reset checkpoint's batch log starts over behind D's end: D stays closed.
+    store.remove_tree(batch_log.query_log_dir(config, "sensor_aggregation", "tumbling"))
+    log_batch(
+        config,
+        "sensor_aggregation.tumbling",
+        0,
+        watermark=DAY_END - timedelta(hours=2),
+        planned=DAY_END + timedelta(minutes=12),
+        ends=SENSORS,
+    )
+    assert watch(config, DAY_END + timedelta(minutes=13), kafka).states["2026-03-01"] == days.CLOSED
+
+
+def test_a_due_run_is_asked_again_only_after_the_retry_and_never_once_its_outcome_is_recorded(config):
+    kafka = Kafka(DAY_END - timedelta(hours=1))
+    log_streams(config, 1, watermark=DAY_END + timedelta(minutes=10), planned=DAY_END + timedelta(minutes=10))
+    now = DAY_END + timedelta(minutes=11)
+    assert watch(config, now, kafka).due == [days.Due(DAY, days.PROVISIONAL)]
+    assert watch(config, now + timedelta(minutes=9), kafka).due == []  # asked 9 minutes ago: not again
+    assert watch(config, now + timedelta(minutes=10), kafka).due == [days.Due(DAY, days.PROVISIONAL)]
+
+    claim = days.begin_run(config, DAY, requested_kind=days.PROVISIONAL, manual=False, run_id="r1", now=now)
+    assert claim.kind == days.PROVISIONAL
+    days.record_run(config, DAY, days.PROVISIONAL, {"status": "failed", "diffs": []}, "report.html", now)
+    assert watch(config, now + timedelta(hours=5), kafka).due == []
+    assert days.state_of(days.read_day(config, DAY)) == days.RECONCILED_PROVISIONAL
+
+    # A second asset event for the same day and kind (a re-ask that crossed the outcome) is declined...
+    again = days.begin_run(config, DAY, requested_kind=days.PROVISIONAL, manual=False, run_id="r2", now=now)
+    assert again.kind is None and "already recorded" in again.reason
+    # ...and a manual rerun is not.
+    manual = days.begin_run(config, DAY, requested_kind=None, manual=True, run_id="m1", now=now)
+    assert manual.kind == days.PROVISIONAL
+
+
+def test_an_open_day_is_not_reconciled_by_the_day_states_but_a_manual_rerun_still_runs(config):
+    now = DAY_END + timedelta(minutes=1)
+    declined = days.begin_run(config, DAY, requested_kind=days.PROVISIONAL, manual=False, run_id="r", now=now)
+    assert declined.kind is None and "still open" in declined.reason
+    assert days.begin_run(config, DAY, requested_kind=None, manual=True, run_id="m", now=now).kind == "manual"
+
+
+def test_a_watcher_down_for_days_skips_no_day_and_then_reads_from_the_first_unfinished_one(config):
+    kafka = Kafka(DAY_END - timedelta(days=3))
+    first_day = DAY - timedelta(days=2)
+    later = DAY_END + timedelta(days=3)
+    log_streams(
+        config,
+        1,
+        watermark=later,
+        planned=later,
+        ends={"sensors": {0: 10**6, 1: 10**6}, "impressions": {0: 10**6}, "clicks": {0: 10**6}},
+    )
+    seen = watch(config, later + timedelta(minutes=1), kafka, first_day)
+    assert [d.day for d in seen.due] == [first_day + timedelta(days=n) for n in range(5)]
+    assert all(d.kind == days.FINAL for d in seen.due)
+    assert seen.first_unfinished == first_day
+
+    for due in seen.due[:3]:
+        days.begin_run(config, due.day, requested_kind=days.FINAL, manual=False, run_id="r", now=later)
+        days.record_run(config, due.day, days.FINAL, {"status": "passed"}, "r.html", later)
+    after = watch(config, later + timedelta(minutes=2), kafka, first_day)
+    assert after.first_unfinished == first_day + timedelta(days=3)
+    # The next pass starts there: the finished days are not read again (the last day has not closed).
+    following = watch(config, later + timedelta(minutes=3), kafka, first_day)
+    assert list(following.states) == [(first_day + timedelta(days=n)).isoformat() for n in range(3, 6)]
+    assert following.states[(first_day + timedelta(days=5)).isoformat()] == days.OPEN
+
+
+def test_a_sign_off_binds_the_report_shown_and_a_rejection_leaves_the_day_unsigned(config):
+    now = DAY_END + HORIZON
+    report = {"status": "passed", "diffs": [{"verdict": "explained"}], "window_counts": {"exact_windows": 3}}
+    digest = days.report_digest(report)
+    days.record_run(config, DAY, days.FINAL, report, "final.html", now)
+    record = days.read_day(config, DAY)
+    assert record["runs"]["final"]["figures"]["diffs"] == {"explained": 1}
+
+    with pytest.raises(days.SignOffRefused, match="not signed"):
+        days.record_sign_off(
+            config,
+            DAY,
+            decision=days.APPROVED,
+            by="ann",
+            comment="",
+            shown_digest="sha256:other",
+            current_digest=digest,
+            now=now,
+        )
+    rejected = days.record_sign_off(
+        config,
+        DAY,
+        decision=days.REJECTED,
+        by="ann",
+        comment="window 12:05 looks short",
+        shown_digest=digest,
+        current_digest=digest,
+        now=now,
+    )
+    assert days.state_of(rejected) == days.RECONCILED_FINAL
+    assert rejected["sign_off"]["comment"] == "window 12:05 looks short"
+
+    signed = days.record_sign_off(
+        config,
+        DAY,
+        decision=days.APPROVED,
+        by="bob",
+        comment="ok",
+        shown_digest=digest,
+        current_digest=digest,
+        now=now + timedelta(minutes=1),
+    )
+    assert days.state_of(signed) == days.SIGNED_OFF
+    assert [s["decision"] for s in signed["sign_offs"]] == ["rejected", "approved"]
+    # What the day states add to the report (the sign-off, the runs side by side) leaves its digest alone.
+    shown = {**report, "sign_off": signed["sign_off"], "day_state": days.day_section(signed)}
+    assert days.report_digest(shown) == digest
+    assert days.report_digest({**report, "status": "failed"}) != digest
+
+    # A new final report (a rerun with other figures) needs its own sign-off.
+    rerun = days.record_run(config, DAY, days.FINAL, {**report, "status": "failed"}, "final.html", now)
+    assert days.state_of(rerun) == days.RECONCILED_FINAL and "sign_off" not in rerun
+
+
+def test_a_day_without_its_final_run_past_the_deadline_is_overdue_until_the_run_is_recorded(config):
+    deadline = DAY_END + HORIZON + timedelta(hours=2)
+    assert days.overdue_days(config, DAY, deadline - timedelta(seconds=1)) == []
+    assert days.overdue_days(config, DAY, deadline) == ["2026-03-01"]
+    days.record_run(config, DAY, days.FINAL, {"status": "passed"}, "r.html", deadline)
+    assert days.overdue_days(config, DAY, deadline) == []
