@@ -5,7 +5,8 @@ Started by the data, not the clock: reconciliation_days emits the reconciliation
 when D closes (a provisional run) and when D is final (the final run); this DAG runs once per such event,
 with D as its partition key. A run the day's record declines (already recorded, or D not closed) is
 skipped at ``claim``. A manual run with the ``date`` param (YYYY-MM-DD) always runs and is recorded
-like any other. A final run's report asks a reviewer for a sign-off (compliance_sign_off).
+like any other; with ``declare_final`` (why) it makes a day the data will never close final by hand. A
+final run's report asks a reviewer for a sign-off (compliance_sign_off) from ``ask_sign_off``.
 
 Wiring only: the tasks' logic is in stream_pipelines.airflow.nightly and .day_states, which import
 Spark and Great Expectations only inside the functions that run them, so parsing this file loads neither.
@@ -39,27 +40,32 @@ with DAG(
             None,
             type=["null", "string"],
             format="date",
-            description="event day D to (re)reconcile by hand; empty: the day the data asked for",
-        )
+            description="event day D to (re)reconcile by hand (a run the data started has its own)",
+        ),
+        "declare_final": Param(
+            "",
+            type="string",
+            description=(
+                "with date: declare D final by hand, and why (a partition that will never deliver "
+                "again); the run becomes D's final one and can be signed off"
+            ),
+        ),
     },
 ) as dag:
 
     @task
     def choose_day() -> str:
         context = get_current_context()
-        return nightly.event_day(
-            context["params"].get("date"),
-            context["dag_run"].partition_key,
-            context.get("data_interval_start"),
-            context.get("logical_date"),
-        )
+        return nightly.event_day(context["params"].get("date"), context["dag_run"].partition_key)
 
     @task
     def claim(day: str) -> str:
         context = get_current_context()
         requested = nightly.requested_kind(context.get("triggering_asset_events"), day)
-        manual = bool(context["params"].get("date")) or requested is None
-        return day_states.claim_run(day, requested, manual, context["dag_run"].run_id)
+        params = context["params"]
+        manual = bool(params.get("date")) or requested is None
+        declared = (params.get("declare_final") or "") if params.get("date") else ""
+        return day_states.claim_run(day, requested, manual, context["dag_run"].run_id, declared)
 
     @task
     def gx_raw_events(day: str, kind: str) -> dict:

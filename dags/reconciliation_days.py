@@ -29,10 +29,9 @@ with DAG(
 
     @task(outlets=[day_states.DAY_DUE])
     def watch_days(*, outlet_events=None) -> list[dict[str, str]]:
-        due = day_states.watch_days()
-        if due:
-            outlet_events[day_states.DAY_DUE].add_partitions([item["day"] for item in due])
-            outlet_events[day_states.DAY_DUE].extra = {"due": {item["day"]: item["kind"] for item in due}}
+        due = day_states.due_or_skip(day_states.watch_days())
+        outlet_events[day_states.DAY_DUE].add_partitions([item["day"] for item in due])
+        outlet_events[day_states.DAY_DUE].extra = {"due": {item["day"]: item["kind"] for item in due}}
         return due
 
     watch_days()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from datetime import datetime
+
+import pytest
 
 SCRIPT = """
 import json, sys, time
@@ -130,12 +131,13 @@ def test_the_data_drives_each_days_reconciliation_and_sign_off(airflow_env):
     ]
 
 
-def test_the_event_day_is_the_param_then_the_partition_key_then_the_data_interval():
+def test_the_event_day_is_the_param_then_the_partition_key_and_a_run_by_hand_needs_the_date():
     from stream_pipelines.airflow.nightly import event_day
 
     assert event_day("2026-01-01", "2026-02-02") == "2026-01-01"
     assert event_day(None, "2026-02-02") == "2026-02-02"
-    assert event_day(None, None, datetime(2026, 3, 4)) == "2026-03-04"
+    with pytest.raises(ValueError, match="needs the date param"):
+        event_day(None, None)
 
 
 def test_a_bad_go_live_day_watch_interval_or_reviewer_list_is_an_import_error_naming_the_variable(

@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 from pathlib import Path
 
 import pytest
@@ -34,23 +34,23 @@ DAG_RUN = textwrap.dedent(
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     heavy = sorted(m for m in ("pyspark", "great_expectations") if m in sys.modules)
-    run = module.dag.test(logical_date=datetime(2026, 1, 2, tzinfo=UTC), run_conf={"date": sys.argv[2]})
+    conf = {"date": sys.argv[2], "declare_final": sys.argv[3]}
+    run = module.dag.test(logical_date=datetime(2026, 1, 2, tzinfo=UTC), run_conf=conf)
     states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
     print("RESULT " + json.dumps({"state": str(run.state), "tasks": states, "heavy_at_parse": heavy}))
     """
 )
 
 
-def test_event_day_prefers_the_param_then_the_partition_key_then_the_data_interval():
-    start = datetime(2026, 3, 4, tzinfo=UTC)
-    assert event_day("2026-01-01", "2026-02-02", start) == "2026-01-01"
-    assert event_day(None, "2026-02-02", start) == "2026-02-02"
-    assert event_day(None, None, start) == "2026-03-04"
-    assert event_day("", None, None, datetime(2026, 3, 5, tzinfo=UTC)) == "2026-03-05"
+def test_event_day_is_the_param_then_the_partition_key():
+    assert event_day("2026-01-01", "2026-02-02") == "2026-01-01"
+    assert event_day(None, "2026-02-02") == "2026-02-02"
     with pytest.raises(ValueError):
-        event_day("01/01/2026", None, start)
+        event_day("01/01/2026", None)
     with pytest.raises(ValueError, match="partition key 'x' is not an event day"):
         event_day(None, "x")
+    with pytest.raises(ValueError, match="needs the date param"):
+        event_day(None, None)
 
 
 def airflow_environment(tmp_path: Path, data_root: Path | str) -> dict[str, str]:
@@ -133,7 +133,7 @@ def test_the_dag_runs_every_task_through_dag_test(spark, tmp_path, nightly_data_
     assert failure is None, failure
 
     run = subprocess.run(
-        [sys.executable, "-c", DAG_RUN, str(DAG_FILE), DAY.isoformat()],
+        [sys.executable, "-c", DAG_RUN, str(DAG_FILE), DAY.isoformat(), "no stream ran for this test day"],
         env=environment,
         capture_output=True,
         text=True,
@@ -149,7 +149,7 @@ def test_the_dag_runs_every_task_through_dag_test(spark, tmp_path, nightly_data_
             ("choose_day", "claim", "gx_raw_events", "reconcile", "gx_outputs", "report", "record"), "success"
         ),
         "record_failure": "skipped",
-        "ask_sign_off": "skipped",  # only a final run's report is signed off
+        "ask_sign_off": "success",  # the day was declared final: its report asks for a sign-off
     }
 
     report = store.read_json(
@@ -163,9 +163,11 @@ def test_the_dag_runs_every_task_through_dag_test(spark, tmp_path, nightly_data_
     ]
     assert all(gate["data_docs"] for gate in report["quality_gates"])
     assert report["compliance_rows"] == 2
-    # A manual run of a day the data has not closed is recorded as such, with the report's figures.
+    # A day the data never closed, declared final by hand: the run is its final one, with the reason.
     record = store.read_json(
         store.location(None, f"{data_root}/reports/reconciliation/days/{DAY.isoformat()}.json")
     )
-    assert record["runs"]["manual"]["status"] == "passed" and record["runs"]["manual"]["manual"] is True
-    assert record["runs"]["manual"]["figures"]["compliance_rows"] == 2
+    assert record["runs"]["final"]["status"] == "passed" and record["runs"]["final"]["manual"] is True
+    assert record["runs"]["final"]["figures"]["compliance_rows"] == 2
+    assert record["history"][-1]["reason"] == "no stream ran for this test day"
+    assert report["day_state"]["state"] == "reconciled_final"

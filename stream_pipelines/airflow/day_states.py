@@ -76,7 +76,9 @@ def watch_days() -> list[dict[str, str]]:
     return due
 
 
-def claim_run(day: str, requested_kind: str | None, manual: bool, run_id: str) -> str:
+def claim_run(
+    day: str, requested_kind: str | None, manual: bool, run_id: str, declare_final: str = ""
+) -> str:
     """The kind of this run of D; skips the run (with the reason) when the day states decline it."""
     from airflow.sdk.exceptions import AirflowSkipException
 
@@ -89,6 +91,7 @@ def claim_run(day: str, requested_kind: str | None, manual: bool, run_id: str) -
         manual=manual,
         run_id=run_id,
         now=datetime.now(UTC),
+        declare_final=declare_final,
     )
     if claim.kind is None:
         raise AirflowSkipException(claim.reason)
@@ -111,6 +114,16 @@ def record_run(day: str, kind: str) -> dict[str, Any]:
     _show_in_report(config, day, record)
     log.info("%s: %s reconciliation recorded: %s", day, kind, run["figures"])
     return {"day": day, "kind": kind, "status": run["status"], "report_digest": run["report_digest"]}
+
+
+def due_or_skip(due: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Skips the watcher's task when nothing is due: a task that succeeds emits an asset event, and one
+    without a day would be recorded (and warned about) every few minutes, for nothing."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    if not due:
+        raise AirflowSkipException("no reconciliation is due")
+    return due
 
 
 def only_final(outcome: dict[str, Any]) -> None:
@@ -186,8 +199,10 @@ def sign_off_request(day: str) -> dict[str, Any]:
 
     record = days.read_day(task_config(), date.fromisoformat(day))
     final = record["runs"].get(days.FINAL) or {}
-    if not final.get("finished_at"):
-        raise AirflowSkipException(f"{day} has no final reconciliation recorded: nothing to sign")
+    if not days.final_reconciled(record):
+        raise AirflowSkipException(f"{day} has no final reconciliation that passed: nothing to sign")
+    if days.rerun_in_progress(final):
+        raise AirflowSkipException(f"a rerun of {day} is in progress: its report asks for its own sign-off")
     figures = final.get("figures", {})
     counts = figures.get("window_counts", {})
     diffs = ", ".join(f"{n} {verdict}" for verdict, n in sorted(figures.get("diffs", {}).items())) or "none"
@@ -234,14 +249,16 @@ def record_sign_off(shown: dict[str, Any], response: dict[str, Any] | None) -> d
     except days.SignOffRefused as refused:
         raise AirflowFailException(str(refused)) from None
     decision = record["sign_off"]
-    # Into the report too, unless a rerun replaced it meanwhile (its record_run clears this sign-off).
-    if days.report_digest(json.loads(store.read_bytes(folder / "report.json"))) == shown["report_digest"]:
-        update_report(folder, "sign_off", decision)
+    # The day record (under its lock) decides; the copies follow: beside the compliance rows (Spark's
+    # readers skip names starting with "_"; a rerun's overwrite of the partition removes it), then in the
+    # report, unless a rerun has replaced it meanwhile (its record_run clears this sign-off).
     compliance = store.location(
         config, f"{registry.COMPLIANCE_WINDOWS.location(config)}/event_date={shown['day']}"
     )
-    if compliance.is_dir():  # Spark's readers skip names starting with "_"; a rerun's overwrite removes it
+    if compliance.is_dir():
         store.write_json(compliance / "_sign_off.json", decision)
+    if days.report_digest(json.loads(store.read_bytes(folder / "report.json"))) == shown["report_digest"]:
+        update_report(folder, "sign_off", decision)
     log.info(
         "%s: %s by %s (%s)",
         shown["day"],

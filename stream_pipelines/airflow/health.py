@@ -555,7 +555,7 @@ def event_days(config: PipelineConfig, now: float, limit: int = RECONCILIATION_D
                 provisional=runs.get(day_states.PROVISIONAL),
                 final=final,
                 sign_off=record.get("sign_off"),
-                overdue=not (final or {}).get("finished_at")
+                overdue=not day_states.final_reconciled(record)
                 and now * 1000 >= day_states.horizon_end_ms(day, config) + deadline_ms,
             )
         )

@@ -38,14 +38,9 @@ def first_event_day() -> datetime:
         raise ValueError(f"{START_DATE_VARIABLE}={given!r} is not a YYYY-MM-DD date") from error
 
 
-def event_day(
-    requested: str | None,
-    partition_key: str | None,
-    data_interval_start: datetime | None = None,
-    logical_date: datetime | None = None,
-) -> str:
-    """D: the ``date`` param when given (reruns by hand), else the day the asset event named (the run's
-    partition key), else the run's data interval start."""
+def event_day(requested: str | None, partition_key: str | None) -> str:
+    """D: the ``date`` param when given (runs by hand), else the day the asset event named (the run's
+    partition key)."""
     if requested:
         return date.fromisoformat(str(requested)).isoformat()
     if partition_key:
@@ -55,10 +50,7 @@ def event_day(
             raise ValueError(
                 f"the run's partition key {partition_key!r} is not an event day (YYYY-MM-DD)"
             ) from error
-    moment = data_interval_start or logical_date
-    if moment is None:
-        raise ValueError("no date param, no partition key and no data interval: cannot choose the event day")
-    return moment.date().isoformat()
+    raise ValueError("a run started by hand needs the date param (YYYY-MM-DD): which event day?")
 
 
 def requested_kind(triggering_events: Any, day: str) -> str | None:

@@ -418,7 +418,7 @@ def _run_cell(run: dict[str, Any] | None, kind: str) -> str:
 def _sign_off_cell(day: health.EventDay) -> str:
     decision = day.sign_off
     if not decision:
-        return _small("awaiting a reviewer" if day.final and day.final.get("finished_at") else "-")
+        return _small("awaiting a reviewer" if day.state == "reconciled_final" else "-")
     text = f"{_e(decision.get('decision'))} by {_e(decision.get('by'))}"
     comment = f"<br>“{_e(decision.get('comment'))}”" if decision.get("comment") else ""
     return (

@@ -254,21 +254,37 @@ def _new_record(day: date) -> dict[str, Any]:
 
 
 def state_of(record: Mapping[str, Any]) -> str:
-    """The furthest state the day has reached (``STATES``)."""
+    """The furthest state the day has reached (``STATES``). A run that failed (unexplained diffs, a
+    failed gate) reconciled nothing: the day stays where it was, with the failed run shown beside."""
     runs = record.get("runs", {})
     if (record.get("sign_off") or {}).get("decision") == APPROVED:
         return SIGNED_OFF
-    if _finished(runs.get(FINAL)):
+    if _succeeded(runs.get(FINAL)):
         return RECONCILED_FINAL
     if record.get("completeness") == FINAL:
         return FINAL
-    if _finished(runs.get(PROVISIONAL)):
+    if _succeeded(runs.get(PROVISIONAL)):
         return RECONCILED_PROVISIONAL
     return record.get("completeness", OPEN)
 
 
+# A run's statuses that reconcile the day (the job's own: passed, or a day without events).
+RECONCILED_STATUSES = ("passed", "empty_day")
+
+
 def _finished(run: Mapping[str, Any] | None) -> bool:
+    """The run's outcome is recorded, whatever it was: it is not asked for again (a failed one waits for
+    a person, who reruns the day by hand)."""
     return bool(run and run.get("finished_at"))
+
+
+def _succeeded(run: Mapping[str, Any] | None) -> bool:
+    return _finished(run) and (run or {}).get("status") in RECONCILED_STATUSES
+
+
+def final_reconciled(record: Mapping[str, Any]) -> bool:
+    """D has final figures: a final run that passed. Until then D counts toward its deadline."""
+    return _succeeded((record.get("runs") or {}).get(FINAL))
 
 
 def _iso(ms: int | None) -> str | None:
@@ -382,7 +398,7 @@ def watch(
         record = store.update_json(day_path(config, day), change)
         due.extend(Due(day, kind) for kind in wanted)
         states[day.isoformat()] = state_of(record)
-        if unfinished is None and not _finished(record["runs"].get(FINAL)):
+        if unfinished is None and not final_reconciled(record):
             unfinished = day
         day += timedelta(days=1)
     first = unfinished or day
@@ -404,16 +420,33 @@ class Claim:
 
 
 def begin_run(
-    config: PipelineConfig, day: date, *, requested_kind: str | None, manual: bool, run_id: str, now: datetime
+    config: PipelineConfig,
+    day: date,
+    *,
+    requested_kind: str | None,
+    manual: bool,
+    run_id: str,
+    now: datetime,
+    declare_final: str = "",
 ) -> Claim:
     """Claim D's run. Its kind is what D's completeness allows (final once final, else provisional);
     a run asked for by the day states (``requested_kind``) is declined when that kind's outcome is
     already recorded, or when D is not yet closed. A manual rerun always runs: as final when D is
-    final, else as provisional (or ``manual`` while D is still open), and is recorded like any other."""
+    final, else as provisional (or ``manual`` while D is still open), and is recorded like any other.
+
+    ``declare_final`` (a manual run's reason, e.g. a partition that will never deliver again) makes D
+    final by hand before the claim: recorded in D's history with the run and the reason, so the run is
+    D's final one, can be signed off, and D stops counting toward its deadline."""
     claim: list[Claim] = []
 
     def change(current: Any) -> dict[str, Any]:
         record = {**_new_record(day), **(current or {})}
+        if manual and declare_final and record["completeness"] != FINAL:
+            record["completeness"] = FINAL
+            record["history"] = [
+                *record["history"],
+                {"state": FINAL, "at": now.isoformat(), "by_hand": run_id, "reason": declare_final},
+            ]
         completeness = record["completeness"]
         kind = FINAL if completeness == FINAL else PROVISIONAL if completeness == CLOSED else None
         if not manual:
@@ -448,13 +481,14 @@ def begin_run(
     return claim[-1]
 
 
-# What the day states add to a report after its run: left out of the digest the sign-off binds to.
-REVIEW_SECTIONS = ("sign_off", "day_state")
+# Left out of the digest the sign-off binds to: what the day states add to a report after its run,
+# and the PDF copy's outcome, which every rewrite of the report renders again.
+REVIEW_SECTIONS = ("sign_off", "day_state", "pdf")
 
 
 def report_digest(document: Mapping[str, Any]) -> str:
     """sha256 of a report's content, without the sections the day states add to it afterwards (the day's
-    runs side by side, the sign-off)."""
+    runs side by side, the sign-off) and the PDF copy's outcome."""
     content = {key: value for key, value in document.items() if key not in REVIEW_SECTIONS}
     return "sha256:" + hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -497,6 +531,11 @@ def record_run(
     return store.update_json(day_path(config, day), change)
 
 
+def rerun_in_progress(run: Mapping[str, Any]) -> bool:
+    """The run was claimed again after its last outcome: its figures are about to be replaced."""
+    return bool(run.get("started_at")) and str(run.get("started_at")) > str(run.get("finished_at") or "")
+
+
 class SignOffRefused(RuntimeError):
     """The decision was made on a report other than the day's current final one."""
 
@@ -532,6 +571,13 @@ def record_sign_off(
     def change(current: Any) -> dict[str, Any]:
         record = {**_new_record(day), **(current or {})}
         final = record["runs"].get(FINAL) or {}
+        if not _succeeded(final):
+            raise SignOffRefused(f"{day}'s final run did not pass ({final.get('status')}): nothing to sign")
+        if rerun_in_progress(final):
+            raise SignOffRefused(
+                f"a rerun of {day} started at {final['started_at']} is in progress: not signed; its report "
+                "asks for its own sign-off"
+            )
         if final.get("report_digest") != shown_digest:
             raise SignOffRefused(
                 f"{day}'s final run recorded report {final.get('report_digest')}, "
@@ -585,7 +631,7 @@ def overdue_days(config: PipelineConfig, first_day: date, now: datetime) -> list
     day = first_unfinished_day(config, first_day)
     while horizon_end_ms(day, config) + deadline_ms <= now_ms:
         record = store.read_json(day_path(config, day)) or {}
-        if not _finished((record.get("runs") or {}).get(FINAL)):
+        if not final_reconciled(record):
             late.append(day.isoformat())
         day += timedelta(days=1)
     return late

@@ -178,7 +178,7 @@ def test_a_due_run_is_asked_again_only_after_the_retry_and_never_once_its_outcom
 
     claim = days.begin_run(config, DAY, requested_kind=days.PROVISIONAL, manual=False, run_id="r1", now=now)
     assert claim.kind == days.PROVISIONAL
-    days.record_run(config, DAY, days.PROVISIONAL, {"status": "failed", "diffs": []}, "report.html", now)
+    days.record_run(config, DAY, days.PROVISIONAL, {"status": "passed", "diffs": []}, "report.html", now)
     assert watch(config, now + timedelta(hours=5), kafka).due == []
     assert days.state_of(days.read_day(config, DAY)) == days.RECONCILED_PROVISIONAL
 
@@ -274,7 +274,8 @@ def test_a_sign_off_binds_the_report_shown_and_a_rejection_leaves_the_day_unsign
     assert days.report_digest({**report, "status": "failed"}) != digest
 
     # A new final report (a rerun with other figures) needs its own sign-off.
-    rerun = days.record_run(config, DAY, days.FINAL, {**report, "status": "failed"}, "final.html", now)
+    other = {**report, "window_counts": {"exact_windows": 4}}
+    rerun = days.record_run(config, DAY, days.FINAL, other, "final.html", now)
     assert days.state_of(rerun) == days.RECONCILED_FINAL and "sign_off" not in rerun
 
 
@@ -284,3 +285,94 @@ def test_a_day_without_its_final_run_past_the_deadline_is_overdue_until_the_run_
     assert days.overdue_days(config, DAY, deadline) == ["2026-03-01"]
     days.record_run(config, DAY, days.FINAL, {"status": "passed"}, "r.html", deadline)
     assert days.overdue_days(config, DAY, deadline) == []
+
+
+def test_a_final_run_that_failed_reconciles_nothing_pages_at_the_deadline_and_cannot_be_signed(config):
+    """A failed final run (unexplained diffs) is recorded, so it is not asked for again every hour; but
+    the day has no final figures: not reconciled, overdue past the deadline, the cursor waits on it."""
+    kafka = Kafka(DAY_END - timedelta(hours=1))
+    ends = {"sensors": {0: 500, 1: 500}, "impressions": {0: 500}, "clicks": {0: 500}}
+    log_streams(
+        config, 1, watermark=DAY_END + HORIZON, planned=DAY_END + HORIZON + timedelta(minutes=5), ends=ends
+    )
+    now = DAY_END + HORIZON + timedelta(minutes=6)
+    assert watch(config, now, kafka).due == [days.Due(DAY, days.FINAL)]
+    days.begin_run(config, DAY, requested_kind=days.FINAL, manual=False, run_id="r", now=now)
+    failed = {"status": "failed", "diffs": [{"verdict": "unexplained"}]}
+    record = days.record_run(config, DAY, days.FINAL, failed, "f.html", now)
+
+    assert days.state_of(record) == days.FINAL and not days.final_reconciled(record)
+    later = watch(config, now + timedelta(hours=5), kafka)
+    assert later.due == [] and later.first_unfinished == DAY
+    assert days.overdue_days(config, DAY, DAY_END + HORIZON + timedelta(hours=2)) == ["2026-03-01"]
+    digest = days.report_digest(failed)
+    with pytest.raises(days.SignOffRefused, match="did not pass"):
+        days.record_sign_off(
+            config, DAY, decision=days.APPROVED, by="ann", comment="", shown_digest=digest,
+            current_digest=digest, now=now,
+        )  # fmt: skip
+
+    # Fixed and rerun by hand: reconciled, off the deadline.
+    days.begin_run(config, DAY, requested_kind=None, manual=True, run_id="m", now=now + timedelta(hours=6))
+    days.record_run(
+        config, DAY, days.FINAL, {"status": "passed"}, "f.html", now + timedelta(hours=6, minutes=2)
+    )
+    assert days.final_reconciled(days.read_day(config, DAY))
+    assert days.overdue_days(config, DAY, now + timedelta(hours=7)) == []
+
+
+def test_a_day_that_never_closes_is_declared_final_by_hand_with_its_reason(config):
+    """A partition that will never deliver again holds D open for good: a manual run with a reason makes D
+    final, that run is D's final one, it can be signed off and D leaves the deadline."""
+    now = DAY_END + HORIZON + timedelta(hours=3)
+    assert days.overdue_days(config, DAY, now) == ["2026-03-01"]
+    claim = days.begin_run(
+        config, DAY, requested_kind=None, manual=True, run_id="m1", now=now,
+        declare_final="gateway 7 decommissioned: sensors[1] will not deliver again",
+    )  # fmt: skip
+    assert claim.kind == days.FINAL
+    record = days.read_day(config, DAY)
+    assert record["completeness"] == days.FINAL
+    assert record["history"][-1] == {
+        "state": days.FINAL, "at": now.isoformat(), "by_hand": "m1",
+        "reason": "gateway 7 decommissioned: sensors[1] will not deliver again",
+    }  # fmt: skip
+    report = {"status": "passed", "diffs": []}
+    days.record_run(config, DAY, days.FINAL, report, "f.html", now + timedelta(minutes=2))
+    digest = days.report_digest(report)
+    signed = days.record_sign_off(
+        config, DAY, decision=days.APPROVED, by="ann", comment="sensors[1] gone since 23:10",
+        shown_digest=digest, current_digest=digest, now=now + timedelta(minutes=5),
+    )  # fmt: skip
+    assert days.state_of(signed) == days.SIGNED_OFF
+    assert days.overdue_days(config, DAY, now + timedelta(minutes=6)) == []
+    # Without the reason, a manual run of an open day stays what it was.
+    other = DAY + timedelta(days=1)
+    assert (
+        days.begin_run(config, other, requested_kind=None, manual=True, run_id="m2", now=now).kind == "manual"
+    )
+    assert days.read_day(config, other)["completeness"] == days.OPEN
+
+
+def test_no_sign_off_is_recorded_while_a_rerun_of_the_day_is_in_progress(config):
+    now = DAY_END + HORIZON
+    report = {"status": "passed", "diffs": []}
+    digest = days.report_digest(report)
+    days.begin_run(config, DAY, requested_kind=None, manual=True, run_id="m1", now=now, declare_final="test")
+    days.record_run(config, DAY, days.FINAL, report, "f.html", now + timedelta(minutes=1))
+    # The rerun is claimed: its job will rewrite the compliance rows and the report.
+    days.begin_run(config, DAY, requested_kind=None, manual=True, run_id="m2", now=now + timedelta(minutes=2))
+    assert days.rerun_in_progress(days.read_day(config, DAY)["runs"][days.FINAL])
+    with pytest.raises(days.SignOffRefused, match="in progress"):
+        days.record_sign_off(
+            config, DAY, decision=days.APPROVED, by="ann", comment="", shown_digest=digest,
+            current_digest=digest, now=now + timedelta(minutes=3),
+        )  # fmt: skip
+    assert "sign_off" not in days.read_day(config, DAY)
+
+
+def test_the_digest_ignores_the_pdf_copy_which_every_rewrite_renders_again():
+    report = {"status": "passed", "diffs": [], "pdf": {"rendered": True, "path": "r.pdf"}}
+    assert days.report_digest(report) == days.report_digest(
+        {**report, "pdf": {"rendered": False, "reason": "x"}}
+    )
