@@ -262,11 +262,9 @@ def test_a_day_goes_from_open_to_signed_off_by_itself(broker, make_overrides, tm
         assert [h["state"] for h in final["history"]] == [days.CLOSED, days.FINAL]
         assert final["runs"]["final"]["status"] == "passed"
         assert overdue_metric(port) == 0
-        runs = rest.call("admin", "GET", "/api/v2/dags/nightly_reconciliation/dagRuns")["dag_runs"]
-        assert sorted((r["run_type"], r["partition_key"], r["state"]) for r in runs) == [
-            ("asset_triggered", day, "success"),
-            ("asset_triggered", day, "success"),
-        ]
+        # The final run's DAG run ends a moment after its record (ask_sign_off comes after it).
+        runs = poll(lambda: nightly_runs(rest, finished=True), 300, "both runs to finish")
+        assert runs == [("asset_triggered", day, "success"), ("asset_triggered", day, "success")]
 
         # The reviewer is asked; only they may answer.
         pending = poll(lambda: hitl_pending(rest), 300, "the sign-off to be asked for")
@@ -436,6 +434,14 @@ def hitl_pending(rest: Rest) -> dict | None:
         d for d in found.get("hitl_details", []) if d["task_instance"]["dag_id"] == "compliance_sign_off"
     ]
     return pending[0] if pending else None
+
+
+def nightly_runs(rest: Rest, finished: bool = False) -> list[tuple[str, str, str]] | None:
+    """(run type, partition key, state) of every nightly_reconciliation run; None while one is not done."""
+    runs = rest.call("admin", "GET", "/api/v2/dags/nightly_reconciliation/dagRuns")["dag_runs"]
+    if finished and any(run["state"] not in ("success", "failed") for run in runs):
+        return None
+    return sorted((run["run_type"], run["partition_key"], run["state"]) for run in runs)
 
 
 def sign_off_runs(rest: Rest) -> list[str]:
