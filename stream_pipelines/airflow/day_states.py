@@ -17,10 +17,13 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from airflow.sdk import Asset
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from stream_pipelines import kafka_clients, registry, store
 from stream_pipelines.airflow import task_config
 from stream_pipelines.airflow.nightly import first_event_day
 from stream_pipelines.config import Duration
+from stream_pipelines.reconciliation import days
 
 log = logging.getLogger(__name__)
 # A day whose reconciliation is due; the event's extra maps each day to the kind due ("provisional",
@@ -53,8 +56,6 @@ def reviewers() -> list[dict[str, str]]:
 
 def watch_days() -> list[dict[str, str]]:
     """Move every ended day forward by the data and return the runs now due, as {"day", "kind"}."""
-    from stream_pipelines import kafka_clients
-    from stream_pipelines.reconciliation import days
 
     config = task_config()
     consumer = kafka_clients.offset_reader(config, "day-states")
@@ -80,10 +81,6 @@ def claim_run(
     day: str, requested_kind: str | None, manual: bool, run_id: str, declare_final: str = ""
 ) -> str:
     """The kind of this run of D; skips the run (with the reason) when the day states decline it."""
-    from airflow.sdk.exceptions import AirflowSkipException
-
-    from stream_pipelines.reconciliation import days
-
     claim = days.begin_run(
         task_config(),
         date.fromisoformat(day),
@@ -101,7 +98,6 @@ def claim_run(
 
 def record_run(day: str, kind: str) -> dict[str, Any]:
     """D's run outcome into its day record, from the report this run wrote."""
-    from stream_pipelines.reconciliation import days
 
     config = task_config()
     document, html = _this_runs_report(config, day, kind)
@@ -119,8 +115,6 @@ def record_run(day: str, kind: str) -> dict[str, Any]:
 def due_or_skip(due: list[dict[str, str]]) -> list[dict[str, str]]:
     """Skips the watcher's task when nothing is due: a task that succeeds emits an asset event, and one
     without a day would be recorded (and warned about) every few minutes, for nothing."""
-    from airflow.sdk.exceptions import AirflowSkipException
-
     if not due:
         raise AirflowSkipException("no reconciliation is due")
     return due
@@ -128,8 +122,6 @@ def due_or_skip(due: list[dict[str, str]]) -> list[dict[str, str]]:
 
 def only_final(outcome: dict[str, Any]) -> None:
     """Skips the task unless the run was the day's final one: only final figures are signed off."""
-    from airflow.sdk.exceptions import AirflowSkipException
-
     if outcome["kind"] != "final":
         raise AirflowSkipException(f"a {outcome['kind']} reconciliation is not signed off")
 
@@ -139,10 +131,6 @@ def record_failed_run(day: str, kind: str | None) -> None:
     as failed, so that it is not asked for again every hour: a person has to look. One that failed before
     its report is not recorded, and the day states ask for it again after ``request_retry``. Always fails
     the task, so the run shows failed."""
-    from airflow.sdk.exceptions import AirflowFailException
-
-    from stream_pipelines.reconciliation import days
-
     if kind is None:
         raise AirflowFailException(f"the reconciliation of {day} failed before it was claimed")
     config = task_config()
@@ -164,17 +152,14 @@ def record_failed_run(day: str, kind: str | None) -> None:
 
 def _show_in_report(config: Any, day: str, record: dict[str, Any]) -> None:
     """The day's state and its runs side by side, in the report the reviewer reads."""
-    from stream_pipelines.reconciliation import days
-    from stream_pipelines.reconciliation.report import report_dir, update_report
+    from stream_pipelines.reconciliation.report import report_dir, update_report  # matplotlib
 
     update_report(report_dir(config, day), "day_state", days.day_section(record))
 
 
 def _this_runs_report(config: Any, day: str, kind: str) -> tuple[dict[str, Any] | None, str]:
     """D's report.json if this run wrote it (written after the run was claimed), else None."""
-    from stream_pipelines import store
-    from stream_pipelines.reconciliation import days
-    from stream_pipelines.reconciliation.report import report_dir
+    from stream_pipelines.reconciliation.report import report_dir  # matplotlib: only when it runs
 
     folder = report_dir(config, day)
     started = (days.read_day(config, date.fromisoformat(day))["runs"].get(kind) or {}).get("started_at")
@@ -193,10 +178,6 @@ def _this_runs_report(config: Any, day: str, kind: str) -> tuple[dict[str, Any] 
 
 def sign_off_request(day: str) -> dict[str, Any]:
     """What the reviewer is shown: D's final figures, the digest of the report they sign, its link."""
-    from airflow.sdk.exceptions import AirflowSkipException
-
-    from stream_pipelines.reconciliation import days
-
     record = days.read_day(task_config(), date.fromisoformat(day))
     final = record["runs"].get(days.FINAL) or {}
     if not days.final_reconciled(record):
@@ -222,11 +203,7 @@ def sign_off_request(day: str) -> dict[str, Any]:
 def record_sign_off(shown: dict[str, Any], response: dict[str, Any] | None) -> dict[str, Any]:
     """The reviewer's answer into D's record, its report and beside its compliance rows. Fails (and
     records nothing) when the report they were shown is not the day's current one."""
-    from airflow.sdk.exceptions import AirflowFailException
-
-    from stream_pipelines import registry, store
-    from stream_pipelines.reconciliation import days
-    from stream_pipelines.reconciliation.report import report_dir, update_report
+    from stream_pipelines.reconciliation.report import report_dir, update_report  # matplotlib
 
     if not response:
         raise AirflowFailException(f"no answer was recorded for {shown['day']}'s sign-off")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import html
 import re
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from airflow.plugins_manager import AirflowPlugin
@@ -31,6 +32,8 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 
 from stream_pipelines import store
 from stream_pipelines.airflow import health, task_config
+from stream_pipelines.airflow.nightly import first_event_day
+from stream_pipelines.reconciliation import days
 from stream_pipelines.registry import query_of
 
 URL_PREFIX = "/streaming-pipeline"
@@ -105,11 +108,6 @@ def create_app() -> FastAPI:
 
 def overdue_exposition(config: Any, now: float | None = None) -> str:
     """Prometheus' text format: the event days past their final deadline (reconciliation.days)."""
-    from datetime import UTC, datetime
-
-    from stream_pipelines.airflow.nightly import first_event_day
-    from stream_pipelines.reconciliation import days
-
     moment = datetime.now(UTC) if now is None else datetime.fromtimestamp(now, UTC)
     overdue = days.overdue_days(config, first_event_day().date(), moment)
     name = days.OVERDUE_METRIC
