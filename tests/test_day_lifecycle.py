@@ -429,9 +429,14 @@ def overdue_metric(port: int) -> float:
 
 
 def hitl_pending(rest: Rest) -> dict | None:
+    """The sign-off request waiting for an answer. Airflow 3.3.2 writes the request a moment before its
+    task is parked in awaiting_input, and an answer in between fails the task: wait for the state."""
     found = rest.call("admin", "GET", "/api/v2/dags/~/dagRuns/~/hitlDetails?response_received=false")
     pending = [
-        d for d in found.get("hitl_details", []) if d["task_instance"]["dag_id"] == "compliance_sign_off"
+        d
+        for d in found.get("hitl_details", [])
+        if d["task_instance"]["dag_id"] == "compliance_sign_off"
+        and d["task_instance"]["state"] == "awaiting_input"
     ]
     return pending[0] if pending else None
 
