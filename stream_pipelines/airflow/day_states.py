@@ -186,7 +186,7 @@ def sign_off_request(day: str) -> dict[str, Any]:
         raise AirflowSkipException(f"a rerun of {day} is in progress: its report asks for its own sign-off")
     figures = final.get("figures", {})
     counts = figures.get("window_counts", {})
-    diffs = ", ".join(f"{n} {verdict}" for verdict, n in sorted(figures.get("diffs", {}).items())) or "none"
+    diffs = days.diffs_text(figures)
     return {
         "day": day,
         "report_digest": final["report_digest"],

@@ -539,7 +539,6 @@ class EventDay:
 
 def event_days(config: PipelineConfig, now: float, limit: int = RECONCILIATION_DAYS_SHOWN) -> list[EventDay]:
     """The newest day records, newest first; a day past its deadline without a final run is overdue."""
-    deadline_ms = config.reconciliation.final_deadline.milliseconds
     found = []
     for record in day_states.recent_days(config, limit):
         day = datetime.fromisoformat(record["day"]).date()
@@ -555,8 +554,7 @@ def event_days(config: PipelineConfig, now: float, limit: int = RECONCILIATION_D
                 provisional=runs.get(day_states.PROVISIONAL),
                 final=final,
                 sign_off=record.get("sign_off"),
-                overdue=not day_states.final_reconciled(record)
-                and now * 1000 >= day_states.horizon_end_ms(day, config) + deadline_ms,
+                overdue=day_states.is_overdue(record, day, config, int(now * 1000)),
             )
         )
     return found

@@ -399,13 +399,12 @@ def _run_cell(run: dict[str, Any] | None, kind: str) -> str:
         return _small(f"running since {_e(started)}") if started else _small("not run")
     figures = run.get("figures", {})
     counts = figures.get("window_counts", {})
-    diffs = figures.get("diffs", {})
     status = str(run.get("status"))
     lines = [
         _tag("span", _e(status), class_="bad" if status == "failed" else None, data_field=f"{kind}-status"),
         f"{_e(counts.get('exact_windows', '-'))} exact / "
         f"{_e(counts.get('streaming_windows', '-'))} streamed windows",
-        "diffs: " + (", ".join(f"{_e(n)} {_e(v)}" for v, n in sorted(diffs.items())) or "none"),
+        "diffs: " + _e(days.diffs_text(figures)),
         f"ledger {_e(figures.get('late_event_ledger', '-'))} · "
         f"compliance rows {_e(figures.get('compliance_rows', '-'))}",
         _small(f"{_e(run.get('finished_at'))} · {_e(run.get('report_digest', ''))[:19]}"),

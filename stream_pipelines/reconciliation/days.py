@@ -38,7 +38,7 @@ from typing import Any
 from stream_pipelines import batch_log, store
 from stream_pipelines.batch_log import CommittedProgress
 from stream_pipelines.config import PipelineConfig
-from stream_pipelines.registry import AD_MATCHING, RAW_ARCHIVE, SENSOR_AGGREGATION
+from stream_pipelines.registry import AD_MATCHING, RAW_ARCHIVE, SENSOR_AGGREGATION, Dataset
 
 OPEN, CLOSED, FINAL = "open", "closed", "final"
 COMPLETENESS = (OPEN, CLOSED, FINAL)
@@ -53,7 +53,6 @@ RECONCILED_PROVISIONAL, RECONCILED_FINAL, SIGNED_OFF = (
 )
 STATES = (OPEN, CLOSED, RECONCILED_PROVISIONAL, FINAL, RECONCILED_FINAL, SIGNED_OFF)
 APPROVED, REJECTED = "approved", "rejected"
-DAY_MS = 86_400_000
 # What Prometheus scrapes of the day records (the "Streaming pipeline" plugin exports it); the
 # ReconciliationOverdue alert reads it.
 OVERDUE_METRIC = "pipeline_reconciliation_overdue_days"
@@ -105,7 +104,8 @@ ARCHIVE_QUERY = (RAW_ARCHIVE.name, RAW_ARCHIVE.queries[0].name)
 
 
 def day_end_ms(day: date) -> int:
-    return int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp() * 1000) + DAY_MS
+    """D's end, as the registry's day units end (midnight UTC after D)."""
+    return int(Dataset.unit_end(day.isoformat()).timestamp() * 1000)
 
 
 def horizon_end_ms(day: date, config: PipelineConfig) -> int:
@@ -626,12 +626,26 @@ def overdue_days(config: PipelineConfig, first_day: date, now: datetime) -> list
 
     Read from the records, not from the watcher, so a dead watcher makes the alert fire, not hide."""
     now_ms = int(now.timestamp() * 1000)
-    deadline_ms = config.reconciliation.final_deadline.milliseconds
     late: list[str] = []
     day = first_unfinished_day(config, first_day)
-    while horizon_end_ms(day, config) + deadline_ms <= now_ms:
-        record = store.read_json(day_path(config, day)) or {}
-        if not final_reconciled(record):
+    while deadline_ms(day, config) <= now_ms:
+        if is_overdue(store.read_json(day_path(config, day)) or {}, day, config, now_ms):
             late.append(day.isoformat())
         day += timedelta(days=1)
     return late
+
+
+def deadline_ms(day: date, config: PipelineConfig) -> int:
+    """When D's final reconciliation is overdue: its end + the late horizon + the final deadline."""
+    return horizon_end_ms(day, config) + config.reconciliation.final_deadline.milliseconds
+
+
+def is_overdue(record: Mapping[str, Any], day: date, config: PipelineConfig, now_ms: int) -> bool:
+    return not final_reconciled(record) and now_ms >= deadline_ms(day, config)
+
+
+def diffs_text(figures: Mapping[str, Any]) -> str:
+    """A run's diffs by verdict, as people read them: "3 explained_late, 1 pending" or "none"."""
+    return (
+        ", ".join(f"{n} {verdict}" for verdict, n in sorted((figures.get("diffs") or {}).items())) or "none"
+    )

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from stream_pipelines.reconciliation.ads import MISSING_MATCH, WRONG_MATCH
+from stream_pipelines.reconciliation.days import diffs_text
 from stream_pipelines.reconciliation.diff import DIFFERENT, EXTRA, MISSING
 from stream_pipelines.reconciliation.summary import PENDING, UNEXPLAINED, report_summary, window_label
 
@@ -624,7 +625,7 @@ def _day_runs(day: dict[str, Any] | None) -> str:
             continue
         figures = run.get("figures") or {}
         counts = figures.get("window_counts") or {}
-        diffs = ", ".join(f"{n} {v}" for v, n in sorted((figures.get("diffs") or {}).items())) or "none"
+        diffs = diffs_text(figures)
         cells.append(
             f"<tr><th>{html.escape(kind)}</th><td>{html.escape(str(run.get('status')))}</td>"
             f"<td>{html.escape(str(counts.get('exact_windows', '-')))} / "
