@@ -46,6 +46,8 @@ from tests.conftest import (
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 DAGS = ("reconciliation_days", "nightly_reconciliation", "compliance_sign_off")
 USERS = {"admin": "admin", "reviewer": "reviewer", "outsider": "outsider"}
+# How long a reviewer takes at least before answering a request (see hitl_pending).
+HUMAN_READING_S = 10
 
 
 class Rest:
@@ -429,8 +431,10 @@ def overdue_metric(port: int) -> float:
 
 
 def hitl_pending(rest: Rest) -> dict | None:
-    """The sign-off request waiting for an answer. Airflow 3.3.2 writes the request a moment before its
-    task is parked in awaiting_input, and an answer in between fails the task: wait for the state."""
+    """The sign-off request waiting for an answer, once a person could answer it. Airflow 3.3.2 fails the
+    task when an answer comes before its worker has reported the parking (the request is written first,
+    the state set next, the executor's report a second or two later): wait for the state, then as long
+    as a person would at least take to read the request."""
     found = rest.call("admin", "GET", "/api/v2/dags/~/dagRuns/~/hitlDetails?response_received=false")
     pending = [
         d
@@ -438,7 +442,10 @@ def hitl_pending(rest: Rest) -> dict | None:
         if d["task_instance"]["dag_id"] == "compliance_sign_off"
         and d["task_instance"]["state"] == "awaiting_input"
     ]
-    return pending[0] if pending else None
+    if not pending:
+        return None
+    time.sleep(HUMAN_READING_S)
+    return pending[0]
 
 
 def nightly_runs(rest: Rest, finished: bool = False) -> list[tuple[str, str, str]] | None:
