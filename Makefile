@@ -7,7 +7,7 @@ export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(BIN)/python
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: help setup lock demo chaos test test-deps up down status standalone-start standalone-stop standalone-status hdfs-start hdfs-stop hdfs-status test-fast lint format broker-start broker-stop broker-status bench-ingest bench-streaming bench-metrics bench-reconcile bench-startup bench-batch-cost bench-stack bench-recovery bench-overhead bench-soak clean
+.PHONY: help setup lock demo chaos test test-deps up down status standalone-start standalone-stop standalone-status hdfs-start hdfs-stop hdfs-status yarn-start yarn-stop yarn-status test-fast lint format broker-start broker-stop broker-status bench-ingest bench-streaming bench-metrics bench-reconcile bench-startup bench-batch-cost bench-stack bench-recovery bench-overhead bench-soak clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -38,6 +38,15 @@ lint: setup  ## ruff over everything
 
 format: setup
 	$(BIN)/ruff format . && $(BIN)/ruff check --fix .
+
+yarn-start: setup  ## a single-node YARN (ResourceManager + NodeManager) over its own HDFS on 127.0.0.1 (prints HADOOP_CONF_DIR)
+	$(BIN)/python -m stream_pipelines.devtools.yarn start
+
+yarn-stop:
+	$(BIN)/python -m stream_pipelines.devtools.yarn stop
+
+yarn-status:
+	$(BIN)/python -m stream_pipelines.devtools.yarn status
 
 broker-start: setup  ## start the local KRaft broker and create the topics
 	$(BIN)/pipelinectl broker start

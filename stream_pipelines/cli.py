@@ -211,7 +211,7 @@ def _run(config: PipelineConfig, args: argparse.Namespace) -> int:
     except StartRefused as refused:
         print(f"pipelinectl: {refused}", file=sys.stderr)
         return refused.code
-    process = subprocess.Popen(launch.command, env=submit_environment(), start_new_session=True)
+    process = subprocess.Popen(launch.command, env=submit_environment(config=config), start_new_session=True)
     store = ControlStore(config)
 
     def request_stop(signum: int, _frame: object) -> None:
@@ -222,7 +222,25 @@ def _run(config: PipelineConfig, args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
-    return process.wait()
+    submitted = process.wait()
+    if launch.yarn_tag is None or submitted != 0:
+        return submitted
+    return _follow_in_yarn(config, args.app, launch.yarn_tag)
+
+
+def _follow_in_yarn(config: PipelineConfig, app: str, tag: str) -> int:
+    """A driver in YARN: follow its application until it ends; its exit code, as YARN reports it."""
+    from stream_pipelines import yarn_driver
+
+    rm = yarn_driver.resource_manager_of(config)
+    application = yarn_driver.submitted(rm, tag)
+    print(f"pipelinectl: {app} runs in {application.describe()}", file=sys.stderr, flush=True)
+    final = yarn_driver.follow(rm, application, config.supervision.heartbeat_interval.seconds)
+    result = yarn_driver.outcome(config, app, final)
+    print(f"pipelinectl: {app} ended: {result.text}", file=sys.stderr)
+    if result.graceful:
+        return 0
+    return result.code if result.code is not None and result.code > 0 else 1
 
 
 def _stop(config: PipelineConfig, args: argparse.Namespace) -> int:
@@ -309,14 +327,14 @@ def _reconcile(config: PipelineConfig, args: argparse.Namespace) -> int:
     from stream_pipelines.submit import reconcile_submit_command, submit_environment
 
     command = reconcile_submit_command(config, args.date, args.overrides)
-    return subprocess.run(command, env=submit_environment(), check=False).returncode
+    return subprocess.run(command, env=submit_environment(config=config), check=False).returncode
 
 
 def _compact(config: PipelineConfig, args: argparse.Namespace) -> int:
     from stream_pipelines.submit import compact_submit_command, submit_environment
 
     command = compact_submit_command(config, dry_run=args.dry_run, overrides=args.overrides)
-    return subprocess.run(command, env=submit_environment(), check=False).returncode
+    return subprocess.run(command, env=submit_environment(config=config), check=False).returncode
 
 
 def _outputs(config: PipelineConfig, args: argparse.Namespace) -> int:

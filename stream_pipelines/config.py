@@ -42,7 +42,7 @@ ENV_VARIABLE = "PIPELINE_ENV"
 CONF_DIR_VARIABLE = "PIPELINE_CONF_DIR"
 OVERRIDE_PREFIX = "PIPELINE__"
 # The ``paths`` entries that live on the host, never on the shared store.
-LOCAL_PATHS = ("scratch", "broker", "hdfs")
+LOCAL_PATHS = ("scratch", "broker", "hdfs", "yarn")
 # A config file's top-level key naming the file it extends (``base: local``): its sections are merged
 # over that file's, key by key.
 BASE_KEY = "base"
@@ -282,6 +282,7 @@ class PathSettings(_Section):
     control: str = "control"
     broker: str = "kafka"
     hdfs: str = "hdfs"  # a local HDFS's config, metadata, blocks and logs (devtools.hdfs)
+    yarn: str = "yarn"  # a local YARN's client config (conf/), its daemons' state and logs (devtools.yarn)
     reports: str = "reports"
     compliance: str = "compliance"
     gx: str = "gx"
@@ -509,12 +510,29 @@ class MetricsSettings(_Section):
     alertmanager_url: Annotated[str, BeforeValidator(_http_url)] | None = None
 
 
+class YarnSettings(_Section):
+    """YARN, when ``spark.master`` is ``yarn``: where its ResourceManager answers (the supervisor follows
+    each app's application there) and the Hadoop client configuration spark-submit reads."""
+
+    # `make up` and `make demo` start a ResourceManager and a NodeManager on loopback (devtools.yarn),
+    # beside the config's local HDFS; a real cluster's is not ours to start.
+    manage_local: bool = False
+    # The ResourceManager's web address (its REST API). With manage_local: http://127.0.0.1:<port>.
+    resourcemanager_url: Annotated[str, BeforeValidator(_http_url)] | None = None
+    # HADOOP_CONF_DIR for spark-submit (yarn-site.xml names the ResourceManager's RPC address). Unset: the
+    # environment's HADOOP_CONF_DIR, or with manage_local the local YARN's <paths.yarn>/conf.
+    hadoop_conf_dir: str | None = None
+    # The container log lines a supervisor or a job shows from a driver that ended (the tail of its stderr).
+    driver_log_bytes: int = Field(16384, ge=0)
+
+
 class PipelineConfig(_Section):
     env: str
     spark: SparkSettings = SparkSettings()
     kafka: KafkaSettings
     broker: BrokerSettings = BrokerSettings()
     hdfs: LocalHdfsSettings = LocalHdfsSettings()
+    yarn: YarnSettings = YarnSettings()
     source: SourceSettings = SourceSettings()
     paths: PathSettings
     archive: ArchiveSettings = ArchiveSettings()
@@ -576,6 +594,23 @@ class PipelineConfig(_Section):
     def output_dir(self, name: str) -> str:
         return f"{self.data_path('outputs')}/{name}"
 
+    @property
+    def on_yarn(self) -> bool:
+        return self.spark.master == "yarn"
+
+    @property
+    def drivers_in_cluster(self) -> bool:
+        """Each driver runs in its YARN application's ApplicationMaster, not beside its launcher."""
+        return self.on_yarn and self.spark.deploy_mode == "cluster"
+
+    def hadoop_conf_dir(self) -> str | None:
+        """The folder spark-submit reads YARN's and HDFS's client settings from (``HADOOP_CONF_DIR``)."""
+        if self.yarn.hadoop_conf_dir:
+            return self.project_path(self.yarn.hadoop_conf_dir)
+        if self.yarn.manage_local:
+            return f"{self.data_path('yarn')}/conf"
+        return os.environ.get("HADOOP_CONF_DIR")
+
     def kafka_client_config(self) -> dict[str, str]:
         """Properties for confluent-kafka clients (producer, admin, consumer) talking to the same cluster."""
         return self.kafka.librdkafka_config()
@@ -614,6 +649,32 @@ class PipelineConfig(_Section):
         for name in LOCAL_PATHS:
             if "://" in self.data_path(name):
                 raise ValueError(f"paths.{name}: {self.data_path(name)} must be local (set paths.local_root)")
+        return self
+
+    @model_validator(mode="after")
+    def _yarn_is_named(self) -> PipelineConfig:
+        if self.spark.deploy_mode == "cluster" and not self.on_yarn:
+            raise ValueError(
+                f"spark.deploy_mode: cluster needs spark.master: yarn, not {self.spark.master!r}: Spark "
+                "standalone cannot run a Python driver in the cluster, and the supervisor follows a driver "
+                "in the cluster through YARN's ResourceManager"
+            )
+        if self.on_yarn and self.yarn.resourcemanager_url is None:
+            raise ValueError(
+                "spark.master: yarn needs yarn.resourcemanager_url (the ResourceManager's web address, "
+                "e.g. http://resourcemanager.internal:8088): the supervisor follows each app there"
+            )
+        if self.yarn.manage_local:
+            parsed = urllib.parse.urlsplit(self.yarn.resourcemanager_url or "")
+            if parsed.hostname != "127.0.0.1" or not parsed.port:
+                raise ValueError(
+                    "yarn.manage_local starts a YARN on this machine, so yarn.resourcemanager_url must name "
+                    f"it as http://127.0.0.1:<port>, not {self.yarn.resourcemanager_url!r}"
+                )
+            if not self.hdfs.manage_local:
+                raise ValueError(
+                    "yarn.manage_local runs YARN over the config's local HDFS: set hdfs.manage_local"
+                )
         return self
 
     def sink_log_floor(self) -> Duration:

@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from stream_pipelines import store
+from stream_pipelines import resource_manager, store
 from stream_pipelines.config import PipelineConfig
 from stream_pipelines.procfs import process_exists
 from stream_pipelines.registry import app as declared_app
@@ -304,6 +304,12 @@ def app_status(config: PipelineConfig, app: str) -> AppStatus:
     running_pids = store.running_pids(app)
     if looping:
         return AppStatus(app, "crash-looping", looping.get("reason", ""))
+    in_yarn = _yarn_application(config, app)
+    if in_yarn is not None:
+        suffix = " (supervision paused)" if desired["desired"] == "paused" else ""
+        return AppStatus(
+            app, "running" if in_yarn.state == "RUNNING" else "starting", in_yarn.describe() + suffix
+        )
     if running_pids:
         suffix = " (supervision paused)" if desired["desired"] == "paused" else ""
         return AppStatus(app, "running", f"pid {', '.join(map(str, running_pids))}{suffix}")
@@ -317,3 +323,16 @@ def app_status(config: PipelineConfig, app: str) -> AppStatus:
     if ended.get("status") == "failed":
         return AppStatus(app, "failed", f"{ended.get('detail')} at {ended.get('at')}")
     return AppStatus(app, "not running", f"last exit: {ended.get('status', 'never ran')}")
+
+
+def _yarn_application(config: PipelineConfig, app: str) -> resource_manager.YarnApplication | None:
+    """The app's application YARN runs now (id, attempt, tracking URL), on a config whose drivers run in
+    YARN; None elsewhere, or when the ResourceManager does not answer (then the local records speak)."""
+    if not config.drivers_in_cluster:
+        return None
+    rm = resource_manager.for_config(config, timeout_s=5.0)
+    try:
+        running = rm.applications(app) if rm is not None else []
+    except resource_manager.ResourceManagerError:
+        return None
+    return running[-1] if running else None

@@ -20,7 +20,7 @@ from stream_pipelines.config import PROJECT_ROOT
 
 DESCRIPTOR_DIR = PROJECT_ROOT / "infra" / "jvm"
 CACHE_VARIABLE = "PIPELINE_JVM_CACHE"
-BUNDLES = ("spark-kafka", "spark-s3a", "kafka-broker", "hdfs-server")
+BUNDLES = ("spark-kafka", "spark-s3a", "kafka-broker", "hdfs-server", "yarn-server")
 MINIMUM_JAVA = 17
 
 
@@ -184,3 +184,11 @@ def hdfs_server_classpath(conf_dir: Path) -> str:
             "infra/jvm/hdfs-server.ivy.xml to the Hadoop version pyspark ships"
         )
     return os.pathsep.join(str(entry) for entry in [conf_dir, *jars("hdfs-server"), *shipped])
+
+
+def yarn_server_classpath(conf_dir: Path) -> str:
+    """The classpath of a ResourceManager or NodeManager: its config folder first, the yarn-server bundle
+    (plain Hadoop with its dependencies), then the minicluster jar for the one class that set lacks
+    (infra/jvm/yarn-server.ivy.xml says which, and why not the minicluster alone)."""
+    minicluster = [jar for jar in jars("hdfs-server") if jar.name.startswith("hadoop-client-minicluster-")]
+    return os.pathsep.join(str(entry) for entry in [conf_dir, *jars("yarn-server"), *minicluster])

@@ -23,6 +23,7 @@ from stream_pipelines.registry import App
 from stream_pipelines.runtime import TriggerMode, spark_conf
 from stream_pipelines.submit import application_args, spark_submit_command
 from stream_pipelines.topics import REFUSALS, require_topics
+from stream_pipelines.yarn_driver import new_launch_tag
 
 # The driver argument that says its launcher ran the start checks.
 CHECKED = "--checked"
@@ -63,6 +64,8 @@ class Launch:
     command: list[str]
     spark_conf: dict[str, str]
     application_args: list[str]
+    # On YARN: the tag of this launch's application (yarn_driver.submitted finds it by this tag).
+    yarn_tag: str | None = None
 
 
 def prepare(
@@ -79,8 +82,19 @@ def prepare(
     if store.clear_stop(app.name):
         log(f"{app.name}: removed a stop marker left by an earlier stop")
     store.mark_starting(app.name)
+    conf = spark_conf(config, app.name)
+    command = spark_submit_command(config, app.name, trigger, overrides)
+    tag = None
+    if config.on_yarn:
+        tag = new_launch_tag()
+        conf["spark.yarn.tags"] = f"{conf['spark.yarn.tags']},{tag}"
+        command = [
+            f"spark.yarn.tags={conf['spark.yarn.tags']}" if arg.startswith("spark.yarn.tags=") else arg
+            for arg in command
+        ]
     return Launch(
-        command=[*spark_submit_command(config, app.name, trigger, overrides), CHECKED],
-        spark_conf=spark_conf(config, app.name),
+        command=[*command, CHECKED],
+        spark_conf=conf,
         application_args=[*application_args(config, trigger, overrides), CHECKED],
+        yarn_tag=tag,
     )

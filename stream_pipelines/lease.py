@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from stream_pipelines import store
+from stream_pipelines import resource_manager, store
 from stream_pipelines.config import PipelineConfig
 from stream_pipelines.procfs import process_exists
 
@@ -94,6 +94,8 @@ class Lease:
         # The version of the lease as this owner last wrote it: on an object store a renewal is a
         # conditional PUT on it, so a renewal can never overwrite a takeover.
         self._written: str | None = None
+        # On YARN, where a driver's application tells whether it ended, wherever it ran.
+        self.resource_manager = resource_manager.for_config(config, timeout_s=5.0)
 
     def _read_versioned(self) -> tuple[LeaseRecord, str] | None:
         found = store.read_versioned(self.path)
@@ -120,13 +122,29 @@ class Lease:
     def is_live(self, record: LeaseRecord, now: float | None = None) -> bool:
         if record.heartbeat_age(now) >= self.timeout_s:
             return False
+        if self._application_ended(record):
+            return False
         # On this host a dead pid ends the lease at once: a kill -9 must not delay the restart.
         return not (record.host == self.host and not process_exists(record.pid))
+
+    def _application_ended(self, record: LeaseRecord) -> bool:
+        """A driver in YARN whose application is FINISHED, FAILED or KILLED holds nothing, at once: its
+        host may be another, and its heartbeat may look young for a lease timeout more."""
+        if self.resource_manager is None or not (record.spark_app_id or "").startswith("application_"):
+            return False
+        try:
+            application = self.resource_manager.application(record.spark_app_id or "")
+        except resource_manager.ResourceManagerError:
+            return False  # unknown: the heartbeat decides
+        return application is not None and application.ended
 
     def acquire(self, log: Callable[[str], None]) -> LeaseRecord:
         """Own the app, or raise LeaseHeldError naming the live owner."""
         now = time.time()
         mine = LeaseRecord(self.owner, self.host, os.getpid(), now, now)
+        # In a YARN container the application is known before the JVM starts: a supervisor can follow
+        # it, and tell its end, from the first heartbeat.
+        mine.spark_app_id = resource_manager.application_of_container(os.environ.get("CONTAINER_ID"))
         for _attempt in range(3):
             self._written = store.create_exclusive(self.path, self._encode(mine))
             if self._written is not None:

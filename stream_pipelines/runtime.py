@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Literal
 from stream_pipelines import class_archive, compacted_days, jvm, registry, store
 from stream_pipelines.checkpoint import format as checkpoint_format
 from stream_pipelines.checkpoint.format import STATE_STORE_PROVIDERS
-from stream_pipelines.config import PipelineConfig, TopicSettings
+from stream_pipelines.config import OVERRIDE_PREFIX, PipelineConfig, TopicSettings
 from stream_pipelines.kafka_security import SECRET_OPTIONS_PATTERN
 from stream_pipelines.parsing import RAW_SCHEMA
 from stream_pipelines.procfs import process_age_s
@@ -37,12 +37,15 @@ TriggerMode = Literal["processing", "available-now"]
 
 
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+# The master of a session opened in-process on a config whose drivers run in YARN (get_spark).
+IN_PROCESS_MASTER = "local[2]"
 
 
-def spark_conf(config: PipelineConfig, app: str | None = None) -> dict[str, str]:
+def spark_conf(config: PipelineConfig, app: str | None = None, job: str | None = None) -> dict[str, str]:
     """Every Spark setting the apps need; used by the session builder and by spark-submit alike.
 
-    With ``app``, the settings of that streaming app's driver: its scratch goes to its own folder.
+    With ``app``, the settings of that streaming app's driver: its scratch goes to its own folder. On
+    YARN, ``app`` or ``job`` names the application (its tags, how the supervisor finds it).
     """
     settings = config.spark
     conf = {
@@ -68,7 +71,10 @@ def spark_conf(config: PipelineConfig, app: str | None = None) -> dict[str, str]
         # The S3A connector only where the config stores something on S3: 38 more jars to load otherwise.
         s3a = jvm.spark_s3a_jars() if store.uses_object_store(config) else []
         conf["spark.jars"] = ",".join([*jvm.spark_kafka_jars(), *s3a])
-    scratch = scratch_conf(config, app) if app is not None else {}
+    if config.on_yarn:
+        conf.update(yarn_conf(config, app or job or "session", streaming=app is not None))
+    # A driver in a YARN container writes its scratch to the container's folders, which YARN removes.
+    scratch = scratch_conf(config, app) if app is not None and not config.drivers_in_cluster else {}
     conf.update(scratch)
     conf.update(settings.extra_conf)
     # Theirs after ours: the deployment's other options stay, and a temp folder of its own wins.
@@ -83,6 +89,41 @@ def spark_conf(config: PipelineConfig, app: str | None = None) -> dict[str, str]
     ]
     if java_options:
         conf[DRIVER_JAVA_OPTIONS] = " ".join(java_options)
+    return conf
+
+
+def yarn_conf(config: PipelineConfig, name: str, *, streaming: bool) -> dict[str, str]:
+    """What a YARN application of ``name`` needs (docs/decisions/0014-drivers-in-yarn.md):
+
+    - its tags, which is how a supervisor finds an app's applications (``resource_manager``);
+    - one attempt: a failed driver is restarted by its Airflow supervisor, which counts it;
+    - a streaming app's spark-submit returns once YARN accepted it, and the supervisor follows the
+      application through the ResourceManager; a batch job's waits for its end (its exit is the job's);
+    - Python and Spark's jars from this install, which every node has at the same path on one machine
+      (a cluster sets ``spark.yarn.archive`` and ``spark.pyspark.python`` in ``spark.extra_conf``).
+    """
+    import pyspark  # deferred: only a YARN launch needs to know where pyspark lives
+
+    from stream_pipelines.resource_manager import tags_of
+
+    conf = {
+        "spark.yarn.tags": tags_of(name),
+        "spark.yarn.maxAppAttempts": "1",
+        "spark.yarn.submit.waitAppCompletion": "false" if streaming else "true",
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+    }
+    # The driver loads its config in its container, where the launcher's environment is not: the
+    # overrides a deployment sets as PIPELINE__ variables go along (never secrets: the config holds
+    # only the names of the variables that carry those).
+    for name, value in os.environ.items():
+        if name.startswith(OVERRIDE_PREFIX):
+            conf[f"spark.yarn.appMasterEnv.{name}"] = value
+    jars = Path(pyspark.__file__).parent / "jars"
+    # Not in a driver in YARN, whose pyspark comes from pyspark.zip (no jars there): it keeps the
+    # value its spark-submit was given.
+    if jars.is_dir() and not {"spark.yarn.jars", "spark.yarn.archive"} & set(config.spark.extra_conf):
+        conf["spark.yarn.jars"] = f"local:{jars}/*"
     return conf
 
 
@@ -175,7 +216,10 @@ def get_spark(config: PipelineConfig, app_name: str, *, own_scratch: bool = Fals
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
-        builder = builder.master(config.spark.master)
+        # A session opened in a process of ours, not under spark-submit (the nightly quality gates, the
+        # demo's summary): on a config whose drivers run in YARN it runs here, on local cores, reading
+        # the same stores, rather than as a client-mode YARN application of the launcher's host.
+        builder = builder.master(IN_PROCESS_MASTER if config.drivers_in_cluster else config.spark.master)
     scratch = config.scratch_dir(app_name) if own_scratch else None
     if scratch is not None:
         # It is the JVM's java.io.tmpdir too, which must exist before the JVM unpacks a native library.

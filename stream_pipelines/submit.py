@@ -68,7 +68,7 @@ def submit_command(
         "--name",
         script,
     ]
-    for key, value in spark_conf(config, app).items():
+    for key, value in spark_conf(config, app, job=script).items():
         command += ["--conf", f"{key}={value}"]
     return [*command, script_path(script), *driver_args(config, script_args, overrides)]
 
@@ -93,12 +93,40 @@ def compact_submit_command(
     return submit_command(config, COMPACT_SCRIPT, ["--dry-run"] if dry_run else [], overrides)
 
 
-def submit_environment(base: dict[str, str] | None = None) -> dict[str, str]:
-    """The launcher's environment with the venv's python for driver and workers."""
+def submit_environment(
+    base: dict[str, str] | None = None, config: PipelineConfig | None = None
+) -> dict[str, str]:
+    """The launcher's environment with the venv's python for driver and workers; with a YARN ``config``,
+    what spark-submit needs to reach YARN and to ship PySpark to the containers."""
     environment = dict(os.environ if base is None else base)
+    if config is not None and config.on_yarn:
+        environment.update(yarn_environment(config))
     environment.setdefault("PYSPARK_PYTHON", sys.executable)
     environment.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # Local runs stay on loopback; without this Spark binds to the first interface it finds.
     environment.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     environment["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{environment.get('PATH', '')}"
+    return environment
+
+
+def yarn_environment(config: PipelineConfig) -> dict[str, str]:
+    """``HADOOP_CONF_DIR`` (the ResourceManager's address), ``JAVA_HOME`` (the containers' Java, when the
+    launcher knows it) and ``PYSPARK_ARCHIVES_PATH`` (PySpark for the containers' Python path: a pip
+    install has no ``$SPARK_HOME/python/lib`` where spark-submit would look)."""
+    import pyspark  # deferred: only a YARN launch needs it
+
+    from stream_pipelines import jvm
+
+    environment: dict[str, str] = {}
+    conf_dir = config.hadoop_conf_dir()
+    if conf_dir:
+        environment["HADOOP_CONF_DIR"] = conf_dir
+    environment["JAVA_HOME"] = os.environ.get("JAVA_HOME") or str(
+        Path(os.path.realpath(jvm.java_executable())).parent.parent
+    )
+    lib = Path(pyspark.__file__).parent / "python" / "lib"
+    archives = sorted(lib.glob("py4j-*-src.zip"))
+    environment["PYSPARK_ARCHIVES_PATH"] = ",".join(
+        f"local:{path}" for path in [lib / "pyspark.zip", *archives]
+    )
     return environment

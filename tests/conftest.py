@@ -197,6 +197,38 @@ def hdfs(session_root: Path):
         yield cluster
 
 
+@pytest.fixture(scope="session")
+def yarn(session_root: Path, hdfs):
+    """A real YARN (ResourceManager + NodeManager, ``devtools.yarn.LocalYarn``) on 127.0.0.1 over the
+    session's HDFS, for the whole session. Its teardown stops the NodeManager, which ends its containers."""
+    from stream_pipelines.devtools.yarn import LocalYarn
+
+    cluster = LocalYarn(home=session_root / "yarn", hdfs=hdfs, memory_mb=8192).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop(with_hdfs=False)
+
+
+def yarn_overrides(yarn, data_root: str) -> list[str]:
+    """A config whose drivers run in ``yarn``'s containers (cluster mode), its data under ``data_root``;
+    two containers per app of 1 GB + overhead each, as conf/yarn.yaml sizes them."""
+    return [
+        "spark.master=yarn",
+        "spark.deploy_mode=cluster",
+        "spark.class_archive=false",
+        "spark.driver_memory=1g",
+        f"yarn.resourcemanager_url={yarn.rm_url}",
+        f"yarn.hadoop_conf_dir={yarn.conf_dir}",
+        "spark.extra_conf.spark.executor.instances=1",
+        "spark.extra_conf.spark.executor.cores=1",
+        "spark.extra_conf.spark.executor.memory=1g",
+        "spark.extra_conf.spark.yarn.appMasterEnv.SPARK_LOCAL_IP=127.0.0.1",
+        "spark.extra_conf.spark.executorEnv.SPARK_LOCAL_IP=127.0.0.1",
+        f"paths.data_root={data_root}",
+    ]
+
+
 @pytest.fixture
 def hdfs_root(hdfs) -> Iterator[str]:
     """``hdfs://127.0.0.1:<port>/test-<id>``: this test's own folder on the session's HDFS, removed after."""
@@ -250,13 +282,14 @@ def run_then_reconcile(apps: list[str], overrides: list[str], day, log: Path) ->
     front door runs them; their output goes to ``log``, which a failure names."""
     from stream_pipelines.submit import reconcile_submit_command, submit_environment
 
+    config = load_config("local", overrides)
     with log.open("ab") as output:
         for app in apps:
             driver = run_app(app, "available-now", overrides, stdout=output, stderr=subprocess.STDOUT)
             assert driver.wait(600) == 0, f"{app} failed; see {log}"
         job = subprocess.run(
-            reconcile_submit_command(load_config("local", overrides), day, overrides),
-            env=submit_environment(),
+            reconcile_submit_command(config, day, overrides),
+            env=submit_environment(config=config),
             stdout=output,
             stderr=subprocess.STDOUT,
             timeout=600,

@@ -49,6 +49,7 @@ from stream_pipelines.reconciliation.job import (
 from stream_pipelines.reconciliation.ledger import with_batches
 from stream_pipelines.reconciliation.report import report_dir
 from stream_pipelines.registry import COMPLIANCE_WINDOWS
+from stream_pipelines.resource_manager import ENDED_STATES, ResourceManager
 from stream_pipelines.submit import compact_submit_command, submit_environment
 from tests.conftest import (
     Replay,
@@ -58,6 +59,7 @@ from tests.conftest import (
     overrides_for,
     run_in_process,
     run_then_reconcile,
+    yarn_overrides,
 )
 
 pytestmark = pytest.mark.broker
@@ -555,13 +557,14 @@ def remote_root(request) -> list[str]:
 
 @pytest.mark.slow
 def test_the_reconciliation_on_a_remote_store_equals_the_same_run_over_local_data(
-    spark, scenario, reconciled, remote_root, tmp_path
+    spark, scenario, reconciled, remote_root, tmp_path, request
 ):
     """The scenario through spark-submit with every stored path on S3 or HDFS: the archive,
     sensor_aggregation, their checkpoints and batch log, then the nightly job, whose ledger, verdicts
     and compliance rows equal the local run's, and whose report names the remote inputs. Then the day
     compacted on the store (the compaction job, through spark-submit) and reconciled again: the same
-    rows read, the same verdicts."""
+    rows read, the same verdicts. On HDFS that second run is the nightly job in YARN cluster mode (its
+    driver in an ApplicationMaster container of the session's YARN)."""
     overrides = [
         *overrides_for(
             tmp_path / "unused",
@@ -616,7 +619,16 @@ def test_the_reconciliation_on_a_remote_store_equals_the_same_run_over_local_dat
     archive_day = compacted_days.latest(config, registry.ARCHIVE, DAY.isoformat())
     assert archive_day is not None and archive_day.rows == sum(len(b) for b in SCENARIO)
     assert compacted_days.latest(config, registry.SENSOR_WINDOWS, DAY.isoformat()) is not None
-    run_then_reconcile([], overrides, DAY, tmp_path / "spark-submit.log")
+    in_yarn, jobs_before = [], set()
+    if bucket_root.startswith("hdfs://"):
+        yarn = request.getfixturevalue("yarn")
+        rm = ResourceManager(yarn.rm_url)
+        jobs_before = {app.id for app in rm.applications("reconcile", ENDED_STATES)}
+        in_yarn = yarn_overrides(yarn, config.paths.data_root)
+    run_then_reconcile([], [*overrides, *in_yarn], DAY, tmp_path / "spark-submit.log")
+    if in_yarn:
+        ran = [app for app in rm.applications("reconcile", ENDED_STATES) if app.id not in jobs_before]
+        assert [(app.state, app.final_status) for app in ran] == [("FINISHED", "SUCCEEDED")], ran
     again = json.loads((folder / "report.json").read_text())
     assert {section: again[section] for section in VERDICT_SECTIONS} == {
         section: remote[section] for section in VERDICT_SECTIONS

@@ -107,7 +107,11 @@ def run_logged(command: list[str], verdict_prefix: str, what: str) -> None:
     verdicts: list[str] = []
     last_lines: deque[str] = deque(maxlen=40)
     with subprocess.Popen(
-        command, env=submit_environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        command,
+        env=submit_environment(config=task_config()),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     ) as job:
         assert job.stdout is not None
         for line in job.stdout:

@@ -33,12 +33,14 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.definitions.retry_policy import RetryDecision, RetryPolicy
 
+from stream_pipelines import yarn_driver
 from stream_pipelines.airflow import task_config
 from stream_pipelines.control import ControlStore, CrashLoopError, should_run
 from stream_pipelines.exit_codes import NOT_RETRIED, ExitCode
 from stream_pipelines.lease import Lease, live_owner
 from stream_pipelines.procfs import group_running, process_exists
 from stream_pipelines.registry import app as declared_app
+from stream_pipelines.resource_manager import ResourceManager, YarnApplication
 from stream_pipelines.watchdog import KafkaBacklog, Watchdog, WatchdogSettings, query_backlog
 
 
@@ -155,12 +157,26 @@ class StreamingAppOperator(SparkSubmitOperator):
         wanted, why = should_run(config, self.app)
         if not wanted:
             raise AirflowFailException(f"not starting: {why}")
+        rm = yarn_driver.resource_manager_of(config) if config.drivers_in_cluster else None
         owner = live_owner(config, self.app)
+        if owner is not None and rm is not None and owner.spark_app_id:
+            application = rm.application(owner.spark_app_id)
+            if application is not None and application.active:
+                # A driver this task did not start owns the app from its YARN application: follow that.
+                self._follow(config, rm, application, adopted=True)
+                return
         if owner is not None:
             # A driver this task did not start (an earlier try's, whose runner died) still owns the
             # app: follow it instead of starting a second one on the same checkpoint.
             self._adopt(config, Lease(config, self.app), owner)
             return
+        if rm is not None:
+            running = rm.applications(self.app)
+            if running:
+                # YARN runs an application of this app that holds no lease yet (accepted, or its driver
+                # starting): follow it. Never a second application of one app.
+                self._follow(config, rm, running[-1], adopted=True)
+                return
         try:
             launch = prepare(config, declared_app(self.app), "processing", log=self.log.info)
         except StartRefused as refused:
@@ -169,12 +185,21 @@ class StreamingAppOperator(SparkSubmitOperator):
         self.conf = launch.spark_conf
         self.application_args = launch.application_args
         self._conn_id = config.supervision.spark_conn_id
-        environment = submit_environment()
+        environment = submit_environment(config=config)
         self.env_vars = {
             name: environment[name]
-            for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_LOCAL_IP", "PATH")
+            for name in (
+                "PYSPARK_PYTHON",
+                "PYSPARK_DRIVER_PYTHON",
+                "SPARK_LOCAL_IP",
+                "PATH",
+                "HADOOP_CONF_DIR",
+                "JAVA_HOME",
+                "PYSPARK_ARCHIVES_PATH",
+            )
             if name in environment
         }
+        self._deploy_mode = config.spark.deploy_mode
         # spark-submit must be on the worker's PATH (the hook runs it by name).
         os.environ["PATH"] = environment["PATH"]
         # The Spark connection comes from the environment; without one, it is built from config.
@@ -186,7 +211,12 @@ class StreamingAppOperator(SparkSubmitOperator):
         if self._hook is None:
             self._hook = self._get_hook()
         hook = self._hook
-        guard = _WatchdogThread(self, config, lambda: _submitted_group(hook)).start()
+        if rm is not None and launch.yarn_tag is not None:
+            # Returns once YARN accepted the application (spark.yarn.submit.waitAppCompletion=false).
+            submit_detached(hook, self.application)
+            self._follow(config, rm, yarn_driver.submitted(rm, launch.yarn_tag), adopted=False)
+            return
+        guard = _WatchdogThread(self, config, _ends_group(lambda: _submitted_group(hook))).start()
         try:
             submit_detached(hook, self.application)
         except Exception as error:
@@ -206,7 +236,7 @@ class StreamingAppOperator(SparkSubmitOperator):
         from airflow.sdk.exceptions import AirflowException
 
         self.log.info("adopting %s: %s", self.app, owner.describe())
-        guard = _WatchdogThread(self, config, lambda: _owner_group(lease)).start()
+        guard = _WatchdogThread(self, config, _ends_group(lambda: _owner_group(lease))).start()
         interval = config.supervision.heartbeat_interval.seconds
         last_logged, last_batches = 0.0, None
         try:
@@ -236,11 +266,77 @@ class StreamingAppOperator(SparkSubmitOperator):
         finally:
             guard.stop()
 
+    def _follow(
+        self, config: Any, rm: ResourceManager, application: YarnApplication, *, adopted: bool
+    ) -> None:
+        """Follow a driver in YARN through its application until it ends: a graceful stop is success,
+        anything else a failure the retry policy restarts from the checkpoint. The watchdog follows it
+        as it would a local one, and stops a stuck driver through the ResourceManager."""
+        from airflow.sdk.exceptions import AirflowException
+
+        self.log.info(
+            "%s %s: %s; driver log: %s",
+            "adopting" if adopted else "submitted",
+            self.app,
+            application.describe(),
+            application.am_container_logs or "(not yet placed)",
+        )
+        lease = Lease(config, self.app)
+        ender = _ends_application(rm, application.id)
+        guard = _WatchdogThread(self, config, ender).start()
+        seen = {"attempt": application.attempt, "logged": 0.0, "batches": None, "state": application.state}
+
+        def on_look(current: YarnApplication) -> None:
+            if current.state != seen["state"] or current.attempt != seen["attempt"]:
+                self.log.info("%s: %s", self.app, current.describe())
+                seen["state"], seen["attempt"] = current.state, current.attempt
+            try:
+                record = lease.read()
+            except Exception:  # the store failed this read; the next look reads again
+                return
+            if record is None:
+                return
+            batches = {name: q.get("batch_id") for name, q in record.queries.items()}
+            if batches != seen["batches"] and time.monotonic() - seen["logged"] >= 30:
+                self.log.info("%s progress: %s", self.app, _progress_line(record.queries))
+                seen["logged"], seen["batches"] = time.monotonic(), batches
+
+        try:
+            final = yarn_driver.follow(
+                rm,
+                application,
+                config.supervision.heartbeat_interval.seconds,
+                on_look,
+                should_stop=lambda: guard.verdict is not None and not guard.busy,
+            )
+        finally:
+            guard.stop()
+        if final.active:
+            final = rm.application(final.id) or final
+        tail = rm.driver_log_tail(final, size=config.yarn.driver_log_bytes)
+        if tail:
+            self.log.info("the end of %s's driver log (%s):\n%s", self.app, final.am_container_logs, tail)
+        if guard.verdict is not None:
+            raise AirflowException(f"watchdog: {self.app} was stuck: {guard.verdict}")
+        result = yarn_driver.outcome(config, self.app, final)
+        if result.graceful:
+            self.log.info("%s ended (deliberate stop): %s; not a crash, no restart", self.app, result.text)
+            return
+        raise AirflowException(f"{self.app}'s driver ended without a graceful stop: {result.text}")
+
     def on_kill(self) -> None:
         """Airflow is stopping the task: ask the app to drain and stop before anything harsher."""
 
         config = task_config()
         ControlStore(config).request_stop(self.app)
+        if config.drivers_in_cluster:
+            rm = yarn_driver.resource_manager_of(config)
+            for application in rm.applications(self.app):
+                if not yarn_driver.end(rm, application.id, config.supervision.drain_timeout.seconds):
+                    self.log.warning(
+                        "%s did not stop within the drain timeout: killed through YARN", self.app
+                    )
+            return
         group = _submitted_group(self._hook) if self._hook else None
         if group is not None and not _end_group(group, config.supervision.drain_timeout.seconds):
             self.log.warning("%s did not stop within the drain timeout: killed", self.app)
@@ -266,6 +362,21 @@ def _owner_group(lease: Any) -> int | None:
     return group if group != os.getpgid(0) else None
 
 
+def _ends_group(group: Callable[[], int | None]) -> Callable[[float], bool | None]:
+    """How a watchdog ends a driver on this host: its process group (None when none runs here)."""
+
+    def end(drain_timeout_s: float) -> bool | None:
+        found = group()
+        return None if found is None else _end_group(found, drain_timeout_s)
+
+    return end
+
+
+def _ends_application(rm: ResourceManager, application_id: str) -> Callable[[float], bool | None]:
+    """How a watchdog ends a driver in YARN: its application, through the ResourceManager."""
+    return lambda drain_timeout_s: yarn_driver.end(rm, application_id, drain_timeout_s)
+
+
 def _end_group(group: int, drain_timeout_s: float) -> bool:
     """Wait up to the drain timeout for a driver's group to exit (a stop was asked); then kill it.
     True when it ended by itself."""
@@ -282,10 +393,13 @@ def _end_group(group: int, drain_timeout_s: float) -> bool:
 
 class _WatchdogThread:
     """Looks at the app's lease every heartbeat; when the app is stuck, stops it: the stop marker,
-    the drain timeout, then SIGKILL to the driver's process group. ``verdict`` says why."""
+    the drain timeout, then the kill (``ender``: SIGKILL to the driver's process group, or YARN's kill of
+    its application). ``verdict`` says why."""
 
-    def __init__(self, operator: StreamingAppOperator, config: Any, group: Callable[[], int | None]):
-        self.operator, self.config, self.group = operator, config, group
+    def __init__(
+        self, operator: StreamingAppOperator, config: Any, ender: Callable[[float], bool | None]
+    ) -> None:
+        self.operator, self.config, self.ender = operator, config, ender
         self.verdict: str | None = None
         # True from the verdict until the driver is gone, so the task does not give up on it first.
         self.busy = False
@@ -370,15 +484,13 @@ class _WatchdogThread:
         if can_drain:
             store.request_stop(app)
         try:
-            group = self.group()
-            if group is None:
+            ended = self.ender(drain_s)
+            if ended is None:
                 log.error("watchdog: %s runs elsewhere or is gone: nothing here to kill", app)
-            elif _end_group(group, drain_s):
+            elif ended:
                 log.info("watchdog: %s stopped within the drain timeout", app)
             else:
-                log.error(
-                    "watchdog: %s did not stop within %.0fs: killed its process group %d", app, drain_s, group
-                )
+                log.error("watchdog: %s did not stop within %.0fs: killed", app, drain_s)
         finally:
             self.busy = False
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from stream_pipelines import registry, store
 from stream_pipelines.checkpoint.format import batch_ids, kafka_offsets, read_offsets
 from stream_pipelines.config import PROJECT_ROOT, PipelineConfig, load_config, override_variables
-from stream_pipelines.devtools import hdfs
+from stream_pipelines.devtools import hdfs, yarn
 from stream_pipelines.devtools.processes import processes_started_with, stop_processes
 from stream_pipelines.devtools.stack import migrate_airflow_db
 from stream_pipelines.registry import APP_NAMES, APPS
@@ -51,6 +51,8 @@ DEMO_OVERRIDES = (
 # Under a config whose HDFS the demo starts itself (conf/hdfs.yaml), its private one answers here, so that
 # a `make up` stack's HDFS on the config's own port is left alone.
 DEMO_NAMENODE = "hdfs://127.0.0.1:9820"
+# And under a config whose YARN it starts (conf/yarn.yaml), its private ResourceManager answers here.
+DEMO_RESOURCEMANAGER = "http://127.0.0.1:9288"
 KILLED_APP = "sensor_aggregation"
 # Where the demo's native output goes: its own Spark JVM's start-up lines and the Kafka clients' log.
 NATIVE_LOG = DEMO_ROOT / "spark-and-kafka-clients.log"
@@ -78,7 +80,10 @@ def demo_overrides(selected: PipelineConfig) -> list[str]:
     """The demo's settings over the selected config (``PIPELINE_ENV``): its own ports and host-local root;
     its data root on the local disk, or, under a config that starts its own HDFS, on a private one."""
     if selected.hdfs.manage_local:
-        return [*DEMO_OVERRIDES, f"spark.extra_conf.spark.hadoop.fs.defaultFS={DEMO_NAMENODE}"]
+        private_hdfs = [*DEMO_OVERRIDES, f"spark.extra_conf.spark.hadoop.fs.defaultFS={DEMO_NAMENODE}"]
+        if selected.yarn.manage_local:
+            return [*private_hdfs, f"yarn.resourcemanager_url={DEMO_RESOURCEMANAGER}"]
+        return private_hdfs
     if "://" in selected.project_path(selected.paths.data_root):
         raise SystemExit(
             f"demo: runs on the local default or on conf/hdfs.yaml (an HDFS it starts itself), not on "
@@ -96,6 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     broker = LocalBroker(config)
     _stop_a_previous_run()
     broker.stop()
+    if config.yarn.manage_local:
+        yarn.stop_for(config)
     if config.hdfs.manage_local:
         hdfs.stop_for(config)
     shutil.rmtree(DEMO_ROOT, ignore_errors=True)
@@ -126,6 +133,9 @@ def _run(config: PipelineConfig, overrides: Sequence[str], broker) -> int:
         if config.hdfs.manage_local:
             say("a fresh single-node HDFS on 127.0.0.1 for the data root (the lab's layout)")
             print(f"    {hdfs.start_for(config)}")
+        if config.yarn.manage_local:
+            say("a fresh YARN (ResourceManager + NodeManager) on 127.0.0.1: each app's driver in a container")
+            print(f"    {yarn.start_for(config)}")
         ensure_topics(config)
         start = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=20)
         spec = generator.ScenarioSpec(
@@ -186,6 +196,8 @@ def _run(config: PipelineConfig, overrides: Sequence[str], broker) -> int:
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
         broker.stop()
+        if config.yarn.manage_local:
+            yarn.stop_for(config)
         if config.hdfs.manage_local:
             hdfs.stop_for(config)
     return 0

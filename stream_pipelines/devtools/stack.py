@@ -25,7 +25,7 @@ from pathlib import Path
 
 from stream_pipelines.airflow.nightly import START_DATE_VARIABLE
 from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
-from stream_pipelines.devtools import hdfs
+from stream_pipelines.devtools import hdfs, yarn
 from stream_pipelines.devtools.processes import alive as _alive
 from stream_pipelines.devtools.processes import descendants, parent_pid, stop_process_group, stop_processes
 from stream_pipelines.registry import APP_NAMES
@@ -179,6 +179,8 @@ def up(config: PipelineConfig, generator_rates: tuple[float, float] = GENERATOR_
     print(LocalBroker(config).start().describe())
     if config.hdfs.manage_local:
         print(hdfs.start_for(config))
+    if config.yarn.manage_local:
+        print(yarn.start_for(config))
     for topic, outcome in ensure_topics(config).items():
         print(f"topic {topic}: {outcome}")
     environment = airflow_environment(config)
@@ -315,6 +317,8 @@ def down(config: PipelineConfig) -> int:
     if leftovers:
         print(f"{leftovers} process(es) left behind by Airflow tasks: stopped")
     print("broker: stopped" if LocalBroker(config).stop() else "broker: was not running")
+    if config.yarn.manage_local:
+        print("yarn: stopped" if yarn.stop_for(config) else "yarn: was not running")
     if config.hdfs.manage_local:
         print("hdfs: stopped" if hdfs.stop_for(config) else "hdfs: was not running")
     return 0
@@ -346,6 +350,10 @@ def status(config: PipelineConfig) -> int:
     if config.hdfs.manage_local:
         cluster = hdfs.for_config(config)
         print(f"hdfs: {'running' if cluster.running() else 'stopped'} ({cluster.default_fs})")
+    if config.yarn.manage_local:
+        resource_manager = yarn.for_config(config)
+        up_now = resource_manager.daemon_running("resourcemanager")
+        print(f"yarn: {'running' if up_now else 'stopped'} ({resource_manager.rm_url})")
     for component in components(config):
         pid = recorded_pid(config, component.name)
         state = f"running (pid {pid})" if pid and _alive(pid) else "stopped"

@@ -41,7 +41,8 @@ def test_every_driver_started_here_maps_the_archive_quoted_when_its_path_has_bla
 def test_no_archive_when_it_is_turned_off_or_the_driver_runs_on_the_cluster():
     assert class_archive.driver_java_option(config("spark.class_archive=false")) is None
     assert DRIVER_JAVA_OPTIONS not in spark_conf(config("spark.class_archive=false"))
-    assert class_archive.driver_java_option(config("spark.deploy_mode=cluster")) is None
+    in_yarn = ("spark.master=yarn", "spark.deploy_mode=cluster", "yarn.resourcemanager_url=http://rm:8088")
+    assert class_archive.driver_java_option(config(*in_yarn)) is None
 
 
 def test_the_training_run_writes_an_archive_and_maps_none(tmp_path: Path):
