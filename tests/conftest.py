@@ -51,6 +51,34 @@ def private_source_topics() -> list[str]:
     return [f"kafka.topics.{name}.name={name}-{suffix}" for name in ("sensors", "impressions", "clicks")]
 
 
+# What the supervisor tests run an app with: small batches, a 1 s trigger, quick restarts.
+SUPERVISED_ARCHIVE = (
+    "kafka.max_offsets_per_trigger=200",
+    "archive.trigger=1 seconds",
+    "supervision.retry_delay=1 seconds",
+    "supervision.max_retry_delay=5 seconds",
+)
+
+
+def produce_scenario(config: PipelineConfig, seed: int) -> list:
+    """Five minutes of generated sensor and ad events on the config's input topics (made if missing),
+    produced; the records, to count the output against."""
+    from stream_pipelines.devtools import generator
+    from stream_pipelines.topics import ensure_topics
+
+    ensure_topics(config)
+    spec = generator.ScenarioSpec(
+        seed=seed,
+        duration_s=300,
+        sensor_rate=10,
+        ad_rate=3,
+        topics=generator.TopicNames(*(topic.name for topic in config.kafka.topics.inputs())),
+    )
+    records = generator.generate(spec)
+    generator.produce_to_kafka(records, config.kafka_client_config())
+    return records
+
+
 def config_for(data_root: Path, ports: tuple[int, int], *extra: str) -> PipelineConfig:
     return load_config("local", overrides_for(data_root, ports, *extra))
 

@@ -17,9 +17,14 @@ from pathlib import Path
 import pytest
 
 from stream_pipelines.control import ControlStore, apply_action
-from stream_pipelines.devtools import generator
-from stream_pipelines.topics import ensure_topics
-from tests.conftest import make_overrides_config, private_source_topics, start_dag_test, wait_for
+from tests.conftest import (
+    SUPERVISED_ARCHIVE,
+    make_overrides_config,
+    private_source_topics,
+    produce_scenario,
+    start_dag_test,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
@@ -42,22 +47,10 @@ def finish(process, log: Path, timeout: float = 300) -> str:
 def archive_setup(broker, make_overrides):
     overrides = make_overrides(
         *private_source_topics(),
-        "kafka.max_offsets_per_trigger=200",
-        "archive.trigger=1 seconds",
-        "supervision.retry_delay=1 seconds",
-        "supervision.max_retry_delay=5 seconds",
+        *SUPERVISED_ARCHIVE,
     )
     config = make_overrides_config(overrides)
-    ensure_topics(config)
-    spec = generator.ScenarioSpec(
-        seed=21,
-        duration_s=300,
-        sensor_rate=10,
-        ad_rate=3,
-        topics=generator.TopicNames(*(topic.name for topic in config.kafka.topics.inputs())),
-    )
-    records = generator.generate(spec)
-    generator.produce_to_kafka(records, config.kafka_client_config())
+    records = produce_scenario(config, seed=21)
     return overrides, config, records
 
 

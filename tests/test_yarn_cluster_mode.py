@@ -19,14 +19,14 @@ import pytest
 
 from stream_pipelines.checkpoint.inspect import inspect
 from stream_pipelines.control import ControlStore, app_status, apply_action
-from stream_pipelines.devtools import generator
 from stream_pipelines.lease import Lease, LeaseRecord
 from stream_pipelines.procfs import process_exists
 from stream_pipelines.resource_manager import ENDED_STATES, ResourceManager
-from stream_pipelines.topics import ensure_topics
 from tests.conftest import (
+    SUPERVISED_ARCHIVE,
     make_overrides_config,
     private_source_topics,
+    produce_scenario,
     start_dag_test,
     wait_for,
     yarn_overrides,
@@ -102,24 +102,12 @@ def test_a_driver_in_yarn_restarts_from_its_checkpoint_when_its_container_dies_o
 ):
     overrides = make_overrides(
         *private_source_topics(),
-        "kafka.max_offsets_per_trigger=200",
-        "archive.trigger=1 seconds",
-        "supervision.retry_delay=1 seconds",
-        "supervision.max_retry_delay=5 seconds",
+        *SUPERVISED_ARCHIVE,
         "supervision.heartbeat_interval=1 seconds",
         *yarn_overrides(yarn, f"{hdfs_root}/pipeline"),
     )
     config = make_overrides_config(overrides)
-    ensure_topics(config)
-    spec = generator.ScenarioSpec(
-        seed=23,
-        duration_s=300,
-        sensor_rate=10,
-        ad_rate=3,
-        topics=generator.TopicNames(*(topic.name for topic in config.kafka.topics.inputs())),
-    )
-    records = generator.generate(spec)
-    generator.produce_to_kafka(records, config.kafka_client_config())
+    records = produce_scenario(config, seed=23)
     rm = ResourceManager(yarn.rm_url)
     log, adopter_log = tmp_path / "dag_test.log", tmp_path / "adopter.log"
     adopter = None
@@ -171,6 +159,7 @@ def test_a_driver_in_yarn_restarts_from_its_checkpoint_when_its_container_dies_o
     # Airflow restarted it twice, each counted: the dead container at once, then the frozen driver.
     assert "restart 1 within the window, from its checkpoint in 0s" in first_output, first_output[-4000:]
     assert "watchdog: raw_archive is stuck" in first_output and "restart 2 within the window" in first_output
+    assert f"killed its YARN application {second.id} through the ResourceManager" in first_output
     assert rm.application(second.id).state == "KILLED"
     # The task log names the application, links its driver log, and shows its tail.
     assert f"submitted {APP}: YARN application" in first_output

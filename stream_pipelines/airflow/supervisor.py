@@ -362,19 +362,32 @@ def _owner_group(lease: Any) -> int | None:
     return group if group != os.getpgid(0) else None
 
 
-def _ends_group(group: Callable[[], int | None]) -> Callable[[float], bool | None]:
-    """How a watchdog ends a driver on this host: its process group (None when none runs here)."""
+# How a watchdog ends a driver, given the drain timeout: None when nothing here is its to end, "" when
+# the driver stopped within the drain timeout, else what it killed.
+Ender = Callable[[float], str | None]
 
-    def end(drain_timeout_s: float) -> bool | None:
+
+def _ends_group(group: Callable[[], int | None]) -> Ender:
+    """A driver on this host: its process group, killed after the drain timeout."""
+
+    def end(drain_timeout_s: float) -> str | None:
         found = group()
-        return None if found is None else _end_group(found, drain_timeout_s)
+        if found is None:
+            return None
+        return "" if _end_group(found, drain_timeout_s) else f"its process group {found}"
 
     return end
 
 
-def _ends_application(rm: ResourceManager, application_id: str) -> Callable[[float], bool | None]:
-    """How a watchdog ends a driver in YARN: its application, through the ResourceManager."""
-    return lambda drain_timeout_s: yarn_driver.end(rm, application_id, drain_timeout_s)
+def _ends_application(rm: ResourceManager, application_id: str) -> Ender:
+    """A driver in YARN: its application, killed through the ResourceManager after the drain timeout."""
+
+    def end(drain_timeout_s: float) -> str | None:
+        if yarn_driver.end(rm, application_id, drain_timeout_s):
+            return ""
+        return f"its YARN application {application_id} through the ResourceManager"
+
+    return end
 
 
 def _end_group(group: int, drain_timeout_s: float) -> bool:
@@ -396,9 +409,7 @@ class _WatchdogThread:
     the drain timeout, then the kill (``ender``: SIGKILL to the driver's process group, or YARN's kill of
     its application). ``verdict`` says why."""
 
-    def __init__(
-        self, operator: StreamingAppOperator, config: Any, ender: Callable[[float], bool | None]
-    ) -> None:
+    def __init__(self, operator: StreamingAppOperator, config: Any, ender: Ender) -> None:
         self.operator, self.config, self.ender = operator, config, ender
         self.verdict: str | None = None
         # True from the verdict until the driver is gone, so the task does not give up on it first.
@@ -484,13 +495,13 @@ class _WatchdogThread:
         if can_drain:
             store.request_stop(app)
         try:
-            ended = self.ender(drain_s)
-            if ended is None:
+            killed = self.ender(drain_s)
+            if killed is None:
                 log.error("watchdog: %s runs elsewhere or is gone: nothing here to kill", app)
-            elif ended:
+            elif not killed:
                 log.info("watchdog: %s stopped within the drain timeout", app)
             else:
-                log.error("watchdog: %s did not stop within %.0fs: killed", app, drain_s)
+                log.error("watchdog: %s did not stop within %.0fs: killed %s", app, drain_s, killed)
         finally:
             self.busy = False
 

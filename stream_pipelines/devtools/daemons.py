@@ -3,12 +3,14 @@ home folder, each with a pid file and a log file, waited for until they answer."
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from types import TracebackType
+from typing import Any, ClassVar, Self
 
 from stream_pipelines.devtools.processes import alive, stop_process_group
 
@@ -19,6 +21,33 @@ class LocalDaemons:
     _processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, init=False, repr=False)
     # What a failure to start raises (each server has its own error type).
     failure: ClassVar[type[Exception]] = RuntimeError
+    # The file under ``home`` that keeps what a restart (or another process's ``attach``) must find again.
+    state_file: ClassVar[str] = "state.json"
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> bool:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    @classmethod
+    def saved_state(cls, home: Path) -> dict[str, Any]:
+        """What the last ``start`` under ``home`` recorded; empty when nothing (readable) is there."""
+        try:
+            return json.loads((Path(home) / cls.state_file).read_text())
+        except (FileNotFoundError, ValueError):
+            return {}
+
+    def _save_state(self, state: dict[str, Any]) -> None:
+        (self.home / self.state_file).write_text(json.dumps(state, indent=2))
 
     def log_file(self, name: str) -> Path:
         return self.home / f"{name}.log"

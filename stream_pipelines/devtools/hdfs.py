@@ -33,7 +33,6 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from stream_pipelines import store
@@ -87,16 +86,11 @@ class LocalHdfs(LocalDaemons):
     host: str = HOST
     ports: dict[str, int] = field(default_factory=dict)
     failure = HdfsError
+    state_file = STATE_FILE
 
     def __post_init__(self) -> None:
         self.home = Path(self.home).resolve()
-        saved = self._saved_state()
-        self.ports = {**saved.get("ports", {}), **self.ports}
-        taken = set(self.ports.values())
-        for name in PORT_NAMES:
-            if not self.ports.get(name):
-                self.ports[name] = _free_port(self.host, taken)
-                taken.add(self.ports[name])
+        self.ports = kept_ports(self.saved_state(self.home), self.ports, PORT_NAMES, self.host)
 
     # ------------------------------------------------------------------ addresses and state
 
@@ -172,7 +166,7 @@ class LocalHdfs(LocalDaemons):
         running = self.running()
         if running:
             raise HdfsError(f"already running under {self.home}: {', '.join(running)}; stop it first")
-        self._save_state()
+        self._record_state()
         try:
             self._write_conf()
             if not (self.home / "name" / "current").is_dir():
@@ -219,31 +213,17 @@ class LocalHdfs(LocalDaemons):
     @classmethod
     def attach(cls, home: Path) -> LocalHdfs | None:
         """The HDFS a ``start`` (maybe in another process) set up under ``home``, if any."""
-        try:
-            state = json.loads((Path(home) / STATE_FILE).read_text())
-        except (FileNotFoundError, ValueError):
+        state = cls.saved_state(Path(home))
+        if not state:
             return None
         return cls(home=Path(home), user=state.get("user") or hadoop_user())
 
-    def __enter__(self) -> LocalHdfs:
-        return self.start()
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        self.stop()
-
     # ------------------------------------------------------------------ internals
 
-    def _saved_state(self) -> dict[str, Any]:
-        try:
-            return json.loads((self.home / STATE_FILE).read_text())
-        except (FileNotFoundError, ValueError):
-            return {}
-
-    def _save_state(self) -> None:
-        state = {"host": self.host, "user": self.user, "ports": self.ports, "fs.defaultFS": self.default_fs}
-        (self.home / STATE_FILE).write_text(json.dumps(state, indent=2))
+    def _record_state(self) -> None:
+        self._save_state(
+            {"host": self.host, "user": self.user, "ports": self.ports, "fs.defaultFS": self.default_fs}
+        )
 
     def _conf_dir(self) -> Path:
         return self.home / "conf"
@@ -336,6 +316,19 @@ def _site(properties: dict[str, str]) -> str:
         for name, value in properties.items()
     )
     return f'<?xml version="1.0"?>\n<configuration>\n{body}</configuration>\n'
+
+
+def kept_ports(
+    saved: dict[str, Any], given: dict[str, int], names: Sequence[str], host: str
+) -> dict[str, int]:
+    """Each named port: given, else the one the last start recorded (``saved``), else a free one."""
+    ports = {**saved.get("ports", {}), **{name: port for name, port in given.items() if port}}
+    taken = set(ports.values())
+    for name in names:
+        if not ports.get(name):
+            ports[name] = _free_port(host, taken)
+            taken.add(ports[name])
+    return ports
 
 
 def _free_port(host: str, taken: set[int]) -> int:

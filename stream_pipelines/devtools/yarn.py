@@ -33,13 +33,12 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
 from stream_pipelines.devtools import hdfs
 from stream_pipelines.devtools.daemons import LocalDaemons
-from stream_pipelines.devtools.hdfs import HOST, LocalHdfs, _free_port, _site, hadoop_user
+from stream_pipelines.devtools.hdfs import HOST, LocalHdfs, _site, hadoop_user, kept_ports
 from stream_pipelines.resource_manager import unwrap
 
 RESOURCEMANAGER_CLASS = "org.apache.hadoop.yarn.server.resourcemanager.ResourceManager"
@@ -112,16 +111,11 @@ class LocalYarn(LocalDaemons):
     user: str = field(default_factory=hadoop_user)
     hdfs: LocalHdfs | None = None
     failure = YarnError
+    state_file = STATE_FILE
 
     def __post_init__(self) -> None:
         self.home = Path(self.home).resolve()
-        saved = self._saved_state()
-        self.ports = {**saved.get("ports", {}), **self.ports}
-        taken = set(self.ports.values())
-        for name in PORT_NAMES:
-            if not self.ports.get(name):
-                self.ports[name] = _free_port(self.host, taken)
-                taken.add(self.ports[name])
+        self.ports = kept_ports(self.saved_state(self.home), self.ports, PORT_NAMES, self.host)
         if self.hdfs is None:
             self.hdfs = LocalHdfs(home=self.home / "hdfs", user=self.user)
 
@@ -192,7 +186,7 @@ class LocalYarn(LocalDaemons):
         running = [name for name in DAEMONS if self.daemon_running(name)]
         if running:
             raise YarnError(f"already running under {self.home}: {', '.join(running)}; stop it first")
-        self._save_state()
+        self._record_state()
         try:
             if not self.hdfs.running():
                 self.hdfs.start()
@@ -234,32 +228,18 @@ class LocalYarn(LocalDaemons):
     @classmethod
     def attach(cls, home: Path) -> LocalYarn | None:
         """The YARN a ``start`` (maybe in another process) set up under ``home``, if any."""
-        try:
-            state = json.loads((Path(home) / STATE_FILE).read_text())
-        except (FileNotFoundError, ValueError):
+        state = cls.saved_state(Path(home))
+        if not state:
             return None
         hdfs = LocalHdfs.attach(Path(home) / "hdfs")
         return cls(home=Path(home), user=state.get("user") or hadoop_user(), hdfs=hdfs)
 
-    def __enter__(self) -> LocalYarn:
-        return self.start()
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        self.stop()
-
     # ------------------------------------------------------------------ internals
 
-    def _saved_state(self) -> dict[str, Any]:
-        try:
-            return json.loads((self.home / STATE_FILE).read_text())
-        except (FileNotFoundError, ValueError):
-            return {}
-
-    def _save_state(self) -> None:
-        state = {"host": self.host, "user": self.user, "ports": self.ports, "resourcemanager": self.rm_url}
-        (self.home / STATE_FILE).write_text(json.dumps(state, indent=2))
+    def _record_state(self) -> None:
+        self._save_state(
+            {"host": self.host, "user": self.user, "ports": self.ports, "resourcemanager": self.rm_url}
+        )
 
     def _write_conf(self) -> None:
         assert self.hdfs is not None
