@@ -169,8 +169,7 @@ def _setup_jvm(config: PipelineConfig, args: argparse.Namespace) -> int:
 
     try:
         print(f"java {jvm.check_java()} at {jvm.java_executable()}")
-        for bundle in jvm.BUNDLES:
-            folder = jvm.resolve(bundle)
+        for bundle, folder in jvm.resolve_all().items():
             print(f"{bundle}: {len(jvm.jars(bundle))} jars in {folder}")
         # Progress goes to stderr: `make setup` keeps this command's stdout quiet, not a minute's wait.
         archive = class_archive_training.ensure(config, say=lambda line: print(line, file=sys.stderr))

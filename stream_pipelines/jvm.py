@@ -116,7 +116,8 @@ def resolve(bundle: str, *, quiet: bool = False) -> Path:
         "-ivy",
         str(DESCRIPTOR_DIR / f"{bundle}.ivy.xml"),
         "-cache",
-        str(cache_root() / "ivy-cache"),
+        # One Ivy cache per bundle: `resolve_all` runs them at once, and Ivy does not lock a shared cache.
+        str(cache_root() / "ivy-cache" / bundle),
         "-confs",
         "default",
         "-retrieve",
@@ -132,6 +133,15 @@ def resolve(bundle: str, *, quiet: bool = False) -> Path:
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
     return target
+
+
+def resolve_all(bundles: tuple[str, ...] = BUNDLES) -> dict[str, Path]:
+    """Every bundle, resolved at once (downloads wait on the network, not on this machine's cores)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(bundles)) as pool:
+        folders = dict(zip(bundles, pool.map(resolve, bundles), strict=True))
+    return folders
 
 
 def jars(bundle: str) -> list[Path]:
