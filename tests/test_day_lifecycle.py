@@ -1,8 +1,9 @@
 """A day from open to signed off with no manual trigger, against real Airflow (api-server, scheduler,
 dag-processor, as `make up` starts them), the real broker, the real apps and the real nightly job.
 
-Yesterday (UTC) is day D. Its events and today's (which carry every stream's watermark and every
-partition past D's end) are in Kafka; the apps drain them once (available-now), so D is closed. The late
+Yesterday (UTC) is day D (the day before, in a day's first half hour). Its events and later ones
+(which carry every stream's watermark and every partition past D's end) are in Kafka; the apps drain
+them once (available-now), so D is closed. The late
 horizon is set to end a minute and a half from the start; D is final once the archive has read a record
 stamped after it in every partition, which the test produces and archives after the provisional run was
 asked for. Then, with nobody triggering a reconciliation:
@@ -196,7 +197,14 @@ def compliance_rows(config, day: str) -> list[dict]:
 @pytest.mark.timeout(2400)
 def test_a_day_goes_from_open_to_signed_off_by_itself(broker, make_overrides, tmp_path):
     started = datetime.now(UTC)
-    day_start = datetime(started.year, started.month, started.day, tzinfo=UTC) - timedelta(days=1)
+    today = datetime(started.year, started.month, started.day, tzinfo=UTC)
+    # D is yesterday, and events a minute old carry every watermark past its end. In a day's first half
+    # hour they would not (the ads' watermark is 10 minutes behind, windows 5 minutes long): D is then
+    # the day before yesterday, and the events after it are stamped yesterday noon, which closes D and
+    # leaves yesterday open (a second closed day would queue its own run before D's).
+    early = started - today < timedelta(minutes=30)
+    day_start = today - timedelta(days=2 if early else 1)
+    after_day = day_start + timedelta(days=1, hours=12) if early else started - timedelta(minutes=1)
     day = day_start.date().isoformat()
     horizon_end = started + timedelta(seconds=90)
     horizon_s = math.ceil((horizon_end - (day_start + timedelta(days=1))).total_seconds())
@@ -212,7 +220,7 @@ def test_a_day_goes_from_open_to_signed_off_by_itself(broker, make_overrides, tm
     ensure_topics(config)
     produce(
         config,
-        day_events(config, day_start) + one_per_partition(config, started - timedelta(minutes=1), "today"),
+        day_events(config, day_start) + one_per_partition(config, after_day, "today"),
     )
 
     port = free_port()
