@@ -24,6 +24,7 @@ from stream_pipelines.config import OVERRIDE_PREFIX, PipelineConfig, TopicSettin
 from stream_pipelines.kafka_security import SECRET_OPTIONS_PATTERN
 from stream_pipelines.parsing import RAW_SCHEMA
 from stream_pipelines.procfs import process_age_s
+from stream_pipelines.resource_manager import tags_of
 
 if TYPE_CHECKING:
     from datetime import date
@@ -103,8 +104,6 @@ def yarn_conf(config: PipelineConfig, name: str, *, streaming: bool) -> dict[str
       (a cluster sets ``spark.yarn.archive`` and ``spark.pyspark.python`` in ``spark.extra_conf``).
     """
     import pyspark  # deferred: only a YARN launch needs to know where pyspark lives
-
-    from stream_pipelines.resource_manager import tags_of
 
     conf = {
         "spark.yarn.tags": tags_of(name),

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from datetime import date
 from pathlib import Path
 
+from stream_pipelines import jvm
 from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
 from stream_pipelines.registry import app as declared_app
 from stream_pipelines.runtime import TriggerMode, spark_conf
@@ -114,8 +115,6 @@ def yarn_environment(config: PipelineConfig) -> dict[str, str]:
     launcher knows it) and ``PYSPARK_ARCHIVES_PATH`` (PySpark for the containers' Python path: a pip
     install has no ``$SPARK_HOME/python/lib`` where spark-submit would look)."""
     import pyspark  # deferred: only a YARN launch needs it
-
-    from stream_pipelines import jvm
 
     environment: dict[str, str] = {}
     conf_dir = config.hadoop_conf_dir()

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stream_pipelines import jvm
 from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
 from stream_pipelines.devtools import hdfs
 from stream_pipelines.devtools.daemons import LocalDaemons
@@ -93,8 +94,6 @@ class YarnError(RuntimeError):
 
 def java_home() -> str:
     """The JDK the containers run (the NodeManager starts them with ``$JAVA_HOME/bin/java``)."""
-    from stream_pipelines import jvm
-
     return str(Path(os.path.realpath(jvm.java_executable())).parent.parent)
 
 
@@ -294,8 +293,6 @@ class LocalYarn(LocalDaemons):
         (conf / "log4j.properties").write_text(LOG4J)
 
     def _command(self, main_class: str) -> list[str]:
-        from stream_pipelines import jvm
-
         logging = f"-Dlog4j.configuration=file:{self.conf_dir / 'log4j.properties'}"
         classpath = jvm.yarn_server_classpath(self.conf_dir)
         return [jvm.java_executable(), *JVM_OPTIONS, logging, "-cp", classpath, main_class]
