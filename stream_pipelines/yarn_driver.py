@@ -9,6 +9,7 @@ knows which of the app's applications is the one it submitted.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 import uuid
@@ -122,28 +123,10 @@ def follow(
             continue
         if looked is None:
             # Forgotten by a ResourceManager restarted without recovery: it ran nothing of ours any more.
-            return YarnApplication.of(
-                {**_record_of(current), "state": "KILLED", "diagnostics": "unknown to the ResourceManager"}
-            )
+            return dataclasses.replace(current, state="KILLED", diagnostics="unknown to the ResourceManager")
         current = looked
         on_look(current)
     return current
-
-
-def _record_of(application: YarnApplication) -> dict[str, object]:
-    return {
-        "id": application.id,
-        "name": application.name,
-        "state": application.state,
-        "finalStatus": application.final_status,
-        "applicationTags": ",".join(application.tags),
-        "trackingUrl": application.tracking_url,
-        "diagnostics": application.diagnostics,
-        "startedTime": application.started_ms,
-        "finishedTime": application.finished_ms,
-        "amContainerLogs": application.am_container_logs,
-        "amHostHttpAddress": application.am_host,
-    }
 
 
 def end(rm: ResourceManager, application_id: str, drain_timeout_s: float) -> bool:

@@ -211,13 +211,6 @@ class LocalYarn(LocalDaemons):
             stopped |= self.hdfs.stop()
         return stopped
 
-    def stop_nodemanager(self, timeout_s: float = 20.0) -> bool:
-        return self._stop_daemon("nodemanager", timeout_s)
-
-    def start_nodemanager(self, timeout_s: float = 60.0) -> None:
-        self._launch("nodemanager")
-        self._wait(lambda: self.live_nodes() >= 1, timeout_s, "the NodeManager to register", "nodemanager")
-
     def forget_processes(self) -> None:
         """The daemons outlive this process (a shell ``start``); ``stop`` finds them by their pid files."""
         assert self.hdfs is not None
