@@ -104,7 +104,7 @@ bench-stack: setup  ## the `make up` stack on a private data root: CPU per compo
 	-@infra/scripts/install_test_servers.sh
 	$(BIN)/python -m stream_pipelines.devtools.benchmarks.stack_cost $(BENCH_ARGS)
 
-bench-recovery: setup  ## chaos faults (query failure, frozen JVM, kill -9) on raw_archive, before and after in-driver recovery and the frozen-JVM check
+bench-recovery: setup  ## chaos faults (query failure, frozen JVM, kill -9) on raw_archive, before and after in-driver recovery and the frozen-JVM check (BENCH_ARGS=--versus cluster: a driver's kill on the worker against a container kill in YARN)
 	-@infra/scripts/install_test_servers.sh
 	$(BIN)/python -m stream_pipelines.devtools.benchmarks.recovery $(BENCH_ARGS)
 

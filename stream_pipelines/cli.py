@@ -14,6 +14,8 @@
     pipelinectl control APP ACTION             stop|start|restart|pause|resume, as the pipeline_control DAG
     pipelinectl reconcile --date D             the nightly reconciliation for event day D, without Airflow
     pipelinectl outputs sweep [--dry-run]      remove output files the sinks' logs do not list (debris)
+    pipelinectl metrics-targets --out FILE [--every SECONDS]
+                                               Prometheus' file of the drivers' metrics endpoints (file_sd)
     pipelinectl status | up | down             the local stack (make status / up / down)
     pipelinectl demo                           the scripted end-to-end scenario (make demo)
 
@@ -29,6 +31,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from datetime import date
+from pathlib import Path
 
 from stream_pipelines import data_docs_assets, maintenance, retention
 from stream_pipelines.checkpoint.inspect import CheckpointError, inspect
@@ -37,6 +40,7 @@ from stream_pipelines.config import Duration, PipelineConfig, add_config_argumen
 from stream_pipelines.control import ControlStore, apply_action
 from stream_pipelines.exit_codes import ExitCode
 from stream_pipelines.kafka_clients import KafkaAccessRefused
+from stream_pipelines.metrics_targets import publish
 from stream_pipelines.registry import APP_NAMES
 from stream_pipelines.registry import app as declared_app
 from stream_pipelines.topics import ensure_topics
@@ -142,6 +146,19 @@ def _build_parser() -> argparse.ArgumentParser:
         "copies, records); every dataset's retention is in the config's `retention` section",
     )
     maintain.add_argument("--dry-run", action="store_true", help="report what would go; remove nothing")
+
+    metrics_targets = command(
+        "metrics-targets",
+        _metrics_targets,
+        "write the drivers' metrics endpoints from their running records into the file Prometheus "
+        "discovers them in (file_sd): once, or every SECONDS; rewritten whole, and only when they change",
+    )
+    metrics_targets.add_argument(
+        "--out", required=True, type=Path, help="the file the Prometheus job stream_pipelines reads"
+    )
+    metrics_targets.add_argument(
+        "--every", type=float, default=None, metavar="SECONDS", help="keep it current until stopped"
+    )
 
     # The developer commands (local broker, generator, stack, demo) where the tooling is installed: the
     # package that ships to a cluster leaves stream_pipelines.devtools out.
@@ -350,6 +367,18 @@ def _maintain(config: PipelineConfig, args: argparse.Namespace) -> int:
     return _report(
         maintenance.maintain(config, config.maintenance.orphan_grace.seconds, dry_run=args.dry_run)
     )
+
+
+def _metrics_targets(config: PipelineConfig, args: argparse.Namespace) -> int:
+    if args.every is not None and args.every <= 0:
+        raise UserFacingError(f"--every must be a positive number of seconds, got {args.every:g}")
+    try:
+        publish(config, args.out, lambda line: print(f"metrics-targets: {line}", flush=True), args.every)
+    except OSError as error:
+        raise UserFacingError(f"could not update {args.out}: {error}") from None
+    except KeyboardInterrupt:
+        pass  # Ctrl-C ends the loop; the file is whole, as after every write
+    return 0
 
 
 def _report(outcome: maintenance.SweepOutcome) -> int:

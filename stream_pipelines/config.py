@@ -499,6 +499,10 @@ def _http_url(value: object) -> str:
     return value.rstrip("/")
 
 
+# Bind addresses that mean every interface of the host: no one can reach an exporter by them.
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+
+
 class MetricsSettings(_Section):
     enabled: bool = True
     host: str = "127.0.0.1"
@@ -508,6 +512,11 @@ class MetricsSettings(_Section):
     # page); unset: the page reads the apps' metrics endpoints alone and shows no alerts.
     prometheus_url: Annotated[str, BeforeValidator(_http_url)] | None = None
     alertmanager_url: Annotated[str, BeforeValidator(_http_url)] | None = None
+
+    @property
+    def binds_every_interface(self) -> bool:
+        """The exporters listen on every interface: reached by the host's name, or on loopback from it."""
+        return self.host in WILDCARD_HOSTS
 
 
 class YarnSettings(_Section):

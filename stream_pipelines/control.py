@@ -6,7 +6,8 @@ Records under ``paths.control`` (small JSON, each written whole by ``store.write
 - ``<app>.stop``: the stop marker the app polls between batches (drain, commit, exit 0);
 - ``<app>.starting.json``: the launcher's pid from spark-submit until the app's queries run (written by
   the supervisor and ``pipelinectl run``), so status says ``starting`` while the JVM comes up;
-- ``<app>.running.json``: the driver's pid while it runs (written by the app's lifecycle);
+- ``<app>.running.json``: the driver's pid and host while it runs, and where it serves its metrics
+  (written by the app's lifecycle; Prometheus finds the drivers through it, ``metrics_targets``);
 - ``<app>.exit.json``: how the app last ended (stopped / finished / failed), written by the app;
 - ``<app>.restarts.json``: every restart, the supervisor's of the driver and the driver's of a failed
   query (the totals, exported as metrics), the recent ones (for the crash-loop guard, which both kinds
@@ -28,7 +29,7 @@ from typing import Any, Literal
 
 from stream_pipelines import resource_manager, store
 from stream_pipelines.config import PipelineConfig
-from stream_pipelines.procfs import process_exists
+from stream_pipelines.procfs import process_exists, this_host
 from stream_pipelines.registry import app as declared_app
 from stream_pipelines.store import read_json, write_json
 
@@ -55,12 +56,45 @@ class Restarts:
     last_kind: RestartKind | None = None
     last_cause: str | None = None
     last_at: str | None = None
+    # The last restart of a whole driver (an in-driver restart leaves it).
+    last_driver_at: str | None = None
 
     def describe_last(self) -> str | None:
         if self.last_kind is None:
             return None
         how = "query restarted inside the driver" if self.last_kind == IN_DRIVER else "driver restarted"
         return f"{how} at {self.last_at}: {self.last_cause}"
+
+
+@dataclass(frozen=True)
+class MetricsEndpoint:
+    """Where a running driver serves its metrics, by a name Prometheus can reach."""
+
+    host: str
+    port: int
+
+    @property
+    def address(self) -> str:
+        """host:port, as a Prometheus target; an IPv6 address takes brackets."""
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class RunningDriver:
+    """An app's running record: the driver's pid on its host, when it started, where its metrics are."""
+
+    pid: int | None
+    # None in a record written before records named their host.
+    host: str | None
+    started_at: str | None
+    # None when the driver serves no metrics (metrics.enabled false).
+    metrics: MetricsEndpoint | None
+
+    def alive_here(self) -> bool:
+        """Its pid runs on this host, the one that wrote the record (records without a host are older
+        than drivers elsewhere: this host's). A driver on another host (a YARN container) cannot be
+        looked at from here, and its pid here would be some other process."""
+        return self.host in (None, this_host()) and process_exists(self.pid)
 
 
 def _now() -> datetime:
@@ -122,17 +156,47 @@ class ControlStore:
     def clear_starting(self, app: str) -> None:
         self._path(app, "starting.json").unlink(missing_ok=True)
 
-    def mark_running(self, app: str) -> None:
-        write_json(self._path(app, "running.json"), {"pid": os.getpid(), "started_at": _now().isoformat()})
+    def mark_running(self, app: str, metrics: MetricsEndpoint | None = None) -> None:
+        """Record this process as the app's driver, and ``metrics``, where it serves its metrics."""
+        record: dict[str, Any] = {"pid": os.getpid(), "host": this_host(), "started_at": _now().isoformat()}
+        if metrics is not None:
+            record["metrics"] = {"host": metrics.host, "port": metrics.port}
+        write_json(self._path(app, "running.json"), record)
         self.clear_starting(app)
 
     def mark_not_running(self, app: str) -> None:
         self._path(app, "running.json").unlink(missing_ok=True)
 
+    def running_driver(self, app: str) -> RunningDriver | None:
+        """The app's running record as written, None without one; whether its driver still lives is the
+        caller's question: a kill -9 leaves the record, but not the process."""
+        record = self._read(app, "running.json")
+        return None if record is None else _running_driver_of(record)
+
+    def uncounted_death(self, app: str) -> str | None:
+        """Why the next start of the app is a restart nobody counted yet, when it is: called once no
+        driver runs the app. Its last driver left its running record (no clean exit: killed, its
+        container or node lost) and no driver restart was counted since that driver started, so it died
+        while no supervisor followed it (the task runner gone, the scheduler restarting). None when the
+        last driver exited cleanly, or its death was counted (the retry policy of the try that followed
+        it)."""
+        driver = self.running_driver(app)
+        if driver is None or not driver.started_at:
+            return None
+        counted = self.restarts(app).last_driver_at
+        if counted and datetime.fromisoformat(counted) >= datetime.fromisoformat(driver.started_at):
+            return None
+        where = f"pid {driver.pid} on {driver.host}" if driver.host else f"pid {driver.pid}"
+        return (
+            f"its last driver ({where}, started {driver.started_at}) ended without a clean exit "
+            "while no supervisor followed it"
+        )
+
     def running_pids(self, app: str) -> list[int]:
-        """The driver's pid when it is alive (a kill -9 leaves the record, but not the process)."""
-        pid = (self._read(app, "running.json") or {}).get("pid")
-        return [pid] if process_exists(pid) else []
+        """The driver's pid when it is alive on this host (a kill -9 leaves the record, but not the
+        process; a driver on another host is not this host's process)."""
+        driver = self.running_driver(app)
+        return [driver.pid] if driver is not None and driver.pid and driver.alive_here() else []
 
     def record_exit(self, app: str, status: ExitStatus, detail: str) -> None:
         write_json(
@@ -196,6 +260,7 @@ class ControlStore:
                 "last_kind": kind,
                 "last_cause": cause,
                 "at": now.isoformat(),
+                "driver_at": (record or {}).get("driver_at") if kind == IN_DRIVER else now.isoformat(),
             }
 
         written = store.update_json(self._path(app, "restarts.json"), count)
@@ -231,9 +296,30 @@ def _restarts_of(record: dict[str, Any] | None) -> Restarts:
             last_kind=record.get("last_kind", "driver" if record.get("last_cause") else None),
             last_cause=record.get("last_cause"),
             last_at=record.get("at"),
+            # Written before it was kept: the last restart, when it was the driver's.
+            last_driver_at=record.get(
+                "driver_at", record.get("at") if record.get("last_kind") != IN_DRIVER else None
+            ),
         )
     except (TypeError, ValueError):
         return Restarts()
+
+
+def _running_driver_of(record: dict[str, Any]) -> RunningDriver:
+    pid, host, metrics = record.get("pid"), record.get("host"), record.get("metrics")
+    endpoint = None
+    if (
+        isinstance(metrics, dict)
+        and isinstance(metrics.get("host"), str)
+        and isinstance(metrics.get("port"), int)
+    ):
+        endpoint = MetricsEndpoint(metrics["host"], metrics["port"])
+    return RunningDriver(
+        pid=pid if isinstance(pid, int) else None,
+        host=host if isinstance(host, str) else None,
+        started_at=record.get("started_at"),
+        metrics=endpoint,
+    )
 
 
 def _count_of(record: dict[str, Any] | None) -> int:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import threading
 import time
 import uuid
@@ -36,7 +35,7 @@ from typing import Any
 
 from stream_pipelines import resource_manager, store
 from stream_pipelines.config import PipelineConfig
-from stream_pipelines.procfs import process_exists
+from stream_pipelines.procfs import ended_on_this_host, this_host
 
 LEASE_FILE = "lease.json"
 STALE_LEASES_KEPT = 3
@@ -90,7 +89,7 @@ class Lease:
         self.path = store.location(config, config.data_path("checkpoints")) / app / LEASE_FILE
         self.timeout_s = config.supervision.lease_timeout.seconds
         self.owner = uuid.uuid4().hex
-        self.host = socket.gethostname()
+        self.host = this_host()
         # The version of the lease as this owner last wrote it: on an object store a renewal is a
         # conditional PUT on it, so a renewal can never overwrite a takeover.
         self._written: str | None = None
@@ -125,7 +124,7 @@ class Lease:
         if self._application_ended(record):
             return False
         # On this host a dead pid ends the lease at once: a kill -9 must not delay the restart.
-        return not (record.host == self.host and not process_exists(record.pid))
+        return not ended_on_this_host(record.host, record.pid)
 
     def _application_ended(self, record: LeaseRecord) -> bool:
         """A driver in YARN whose application is FINISHED, FAILED or KILLED holds nothing, at once: its

@@ -8,7 +8,7 @@
   ``CHECKPOINT_REFUSED``;
 - take ownership: the app's lease (``lease.py``): a second driver refuses with ``OWNED_ELSEWHERE``;
   from here on the lease is renewed on its own timer, and the control store records this driver as
-  the app's running process;
+  the app's running process, with where its exporter serves (Prometheus discovers it there);
 - start queries: the app's ``build_sinks`` (checked against its registry declaration), fingerprints;
 - observe: the Prometheus exporter and the batch log follow the queries while they run, and the lease
   carries each query's last batch and end offsets (for the supervisor's watchdog);
@@ -39,7 +39,7 @@ from stream_pipelines.batch_log import BatchLogRecorder
 from stream_pipelines.checkpoint.format import kafka_offsets
 from stream_pipelines.checkpoint.inspect import record_fingerprints
 from stream_pipelines.config import ConfigError, PipelineConfig, add_config_arguments, config_from_args
-from stream_pipelines.control import ControlStore, ExitStatus
+from stream_pipelines.control import ControlStore, ExitStatus, MetricsEndpoint
 from stream_pipelines.exit_codes import ExitCode
 from stream_pipelines.launch import CHECKED, StartRefused, start_checks
 from stream_pipelines.lease import Lease, LeaseHeldError, LeaseKeeper
@@ -103,11 +103,18 @@ def _run_owned(config: PipelineConfig, app: App, trigger: TriggerMode, keeper: L
     # A start-up phase boundary for people reading the log, and for the start-up benchmark.
     _log(app.name, f"Spark session ready ({spark.sparkContext.applicationId})")
     try:
-        with observed(config, app, spark) as on_started:
+        with observed(config, app, spark) as observation:
             sinks = start_queries(config, app, spark)
             recovery = QueryRecovery.of(config, app.name, spark, keeper)
             ended = run_streams(
-                config, app.name, sinks, trigger, on_started=on_started, lease=keeper, recovery=recovery
+                config,
+                app.name,
+                sinks,
+                trigger,
+                on_started=observation.start_batch_log,
+                lease=keeper,
+                recovery=recovery,
+                metrics=observation.metrics,
             )
             return ended.code
     except MetricsPortInUseError as error:
@@ -146,16 +153,24 @@ def preflight(config: PipelineConfig, app: App) -> ExitCode:
     return ExitCode.OK
 
 
+@dataclass(frozen=True)
+class Observation:
+    """What follows the queries while they run: the batch log, started with them, and the metrics
+    exporter, already serving."""
+
+    start_batch_log: Callable[[list[StreamingQuery]], None]
+    # Where the exporter serves, for the running record (Prometheus finds it there); None when off.
+    metrics: MetricsEndpoint | None
+
+
 @contextlib.contextmanager
-def observed(
-    config: PipelineConfig, app: App, spark: SparkSession
-) -> Iterator[Callable[[list[StreamingQuery]], None]]:
-    """The metrics exporter and the batch log around the queries; yields what starts the batch log."""
+def observed(config: PipelineConfig, app: App, spark: SparkSession) -> Iterator[Observation]:
+    """The metrics exporter and the batch log around the queries."""
 
     exporter = MetricsExporter(config, app.name).start(spark)
     batch_log = BatchLogRecorder(config, app.name)
     try:
-        yield batch_log.start
+        yield Observation(batch_log.start, exporter.endpoint)
     finally:
         batch_log.stop()
         exporter.stop()
@@ -231,9 +246,10 @@ def run_streams(
     on_started: Callable[[list[StreamingQuery]], None] | None = None,
     lease: LeaseKeeper | None = None,
     recovery: QueryRecovery | None = None,
+    metrics: MetricsEndpoint | None = None,
 ) -> AppExit:
     """Own the app, run its queries until they finish (available-now), fail, or a stop is requested,
-    and record how it ended.
+    and record how it ended. The running record names ``metrics``, where the driver's exporter serves.
 
     ``OK`` after a finished or deliberate stop, ``QUERY_FAILED`` when a query died and ``recovery``
     (none: never) did not restart it inside the driver; the supervisor relies on that difference. A
@@ -249,7 +265,7 @@ def run_streams(
         return start_sink(config, app, by_name[query.name], trigger)
 
     queries = [start_sink(config, app, sink, trigger) for sink in sinks]
-    store.mark_running(app)
+    store.mark_running(app, metrics)
     if lease is not None:
         lease.follow(lambda: query_progress(queries), on_lost=stop.lose_lease)
     try:

@@ -8,7 +8,8 @@ Wiring (one exporter per app process)::
 
 ``start`` is idempotent, serves ``http://<metrics.host>:<metrics.ports[app]>/metrics`` from the
 exporter's own ``CollectorRegistry`` (never the global one), and raises ``MetricsPortInUseError`` when
-the port is taken. Port 0 picks a free port (``exporter.port`` tells which). Only queries named
+the port is taken. Port 0 picks a free port (``exporter.port`` tells which; ``exporter.endpoint`` is
+where Prometheus reaches it, which the driver writes into its running record). Only queries named
 ``"<app>.<sink>"`` are exported; labels are ``app`` and ``query`` (the query name), never the Spark
 application id or run id, so series continue across restarts.
 
@@ -35,6 +36,8 @@ import errno
 import json
 import logging
 import math
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -42,8 +45,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from stream_pipelines.config import Duration, PipelineConfig, TopicSettings
-from stream_pipelines.control import ControlStore
+from stream_pipelines.config import Duration, MetricsSettings, PipelineConfig, TopicSettings
+from stream_pipelines.control import ControlStore, MetricsEndpoint
 from stream_pipelines.registry import app as declared_app
 
 if TYPE_CHECKING:
@@ -607,13 +610,28 @@ class MetricsExporter:
     def url(self) -> str | None:
         return None if self.port is None else f"http://{self.config.metrics.host}:{self.port}/metrics"
 
+    @property
+    def endpoint(self) -> MetricsEndpoint | None:
+        """Where Prometheus reaches this exporter while it serves, else None."""
+        if self.port is None:
+            return None
+        return MetricsEndpoint(reachable_host(self.config.metrics, os.environ), self.port)
+
+    def serve(self) -> MetricsExporter:
+        """Serve metrics over HTTP (the control store's counters, and whatever the recorder is fed),
+        without listening to a Spark session. Idempotent; a no-op when disabled."""
+        if self.enabled:
+            with self._lock:
+                if self._server is None:
+                    self._server = self._serve()
+        return self
+
     def start(self, spark: SparkSession) -> MetricsExporter:
         """Serve metrics and listen to the session's queries. Idempotent; a no-op when disabled."""
         if not self.enabled:
             return self
+        self.serve()
         with self._lock:
-            if self._server is None:
-                self._server = self._serve()
             if self._listener is None:
                 self._listener = _make_listener(self.recorder)
                 spark.streams.addListener(self._listener)
@@ -655,6 +673,16 @@ class MetricsExporter:
                 ) from error
             raise
         return server
+
+
+def reachable_host(settings: MetricsSettings, environ: Mapping[str, str]) -> str:
+    """The name Prometheus reaches an exporter bound to ``settings.host`` by: that address itself,
+    unless it is a wildcard (every interface); then the host's name: in a YARN container the
+    NodeManager's (``NM_HOST``, which YARN sets in every container), else the host's fully qualified
+    name."""
+    if not settings.binds_every_interface:
+        return settings.host
+    return environ.get("NM_HOST") or socket.getfqdn()
 
 
 def _make_listener(recorder: ProgressRecorder) -> StreamingQueryListener:

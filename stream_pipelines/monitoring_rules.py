@@ -4,12 +4,17 @@ faster pace.
 monitoring/ holds the one copy of each. Whoever needs them elsewhere (a test on free ports, a quick
 local demo that should page within seconds instead of minutes) renders them from there, changing only
 what it names: every rule's ``for:`` and the evaluation interval, the scrape targets and intervals,
-the Alertmanager address, the receivers' base URL. Expressions, labels, annotations, routes and
-inhibitions always come from monitoring/ as they are.
+the file the apps' targets are discovered in, the Alertmanager address, the receivers' base URL.
+Expressions, labels, annotations, routes and inhibitions always come from monitoring/ as they are.
+
+Prometheus finds the apps' drivers through a file of target groups (file_sd), written by
+``pipelinectl metrics-targets`` from the control store; ``target_group`` and ``write_target_groups``
+are its format and its writer.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
@@ -19,11 +24,15 @@ from typing import Any
 import yaml
 
 from stream_pipelines.config import PROJECT_ROOT
+from stream_pipelines.store import write_atomically
 
 MONITORING = PROJECT_ROOT / "monitoring"
 RULES_DIR = MONITORING / "rules"
 PROMETHEUS_CONFIG = MONITORING / "prometheus.yml"
 ALERTMANAGER_CONFIG = MONITORING / "alertmanager.yml"
+
+# The scrape job of the apps' drivers, whose targets are discovered (file_sd_configs).
+APPS_JOB = "stream_pipelines"
 
 _PROMETHEUS_DURATION = re.compile(r"(\d+(ms|[smhdwy]))+")
 
@@ -72,15 +81,23 @@ def write_rules(folder: Path, **changes: Any) -> list[Path]:
 
 def render_prometheus_config(
     *,
-    targets: Mapping[str, str],
     rule_paths: Sequence[Path],
+    targets: Mapping[str, str] | None = None,
+    app_targets_file: Path | None = None,
     interval: str | None = None,
     alertmanager: str | None = None,
 ) -> dict[str, Any]:
-    """monitoring/prometheus.yml scraping only the apps (or stack components, such as
-    ``airflow-api-server``) in ``targets`` (name -> host:port) there, loading
-    ``rule_paths`` (globs allowed), scraping and evaluating each ``interval``, and sending alerts to the
-    ``alertmanager`` host:port (none: no alerting section)."""
+    """monitoring/prometheus.yml loading ``rule_paths`` (globs allowed), scraping, evaluating and
+    re-reading its target files each ``interval``, sending alerts to the ``alertmanager`` host:port
+    (none: no alerting section), and scraping:
+
+    - the apps' drivers discovered in ``app_targets_file`` (file_sd, as ``pipelinectl metrics-targets``
+      writes it); the apps ``targets`` names (app -> host:port) are written there first. Without the
+      file, no apps job;
+    - a component of the stack (``airflow-api-server``) at the host:port ``targets`` gives it; one not
+      named is not scraped.
+    """
+    targets = targets or {}
     config = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
     if interval is not None:
         config["global"]["scrape_interval"] = _duration("interval", interval)
@@ -90,23 +107,58 @@ def render_prometheus_config(
         config.pop("alerting", None)
     else:
         config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]}
-    declared = set()
+    components = {
+        static["labels"]["component"]
+        for job in config["scrape_configs"]
+        for static in job.get("static_configs", [])
+    }
+    apps = {name: address for name, address in targets.items() if name not in components}
+    if apps:
+        if app_targets_file is None:
+            raise ValueError(
+                f"{PROMETHEUS_CONFIG} discovers the apps {sorted(apps)} in a file: pass app_targets_file "
+                f"(the stack's components it scrapes by name are {sorted(components)})"
+            )
+        write_target_groups(app_targets_file, [target_group(app, address) for app, address in apps.items()])
+    scraped = []
     for job in config["scrape_configs"]:
-        statics = []
-        for static in job["static_configs"]:
-            # An app's exporter, or a component of the stack (Airflow's api-server).
-            app = static["labels"].get("app") or static["labels"]["component"]
-            declared.add(app)
-            if app in targets:
-                statics.append({**static, "targets": [targets[app]]})
-        job["static_configs"] = statics
-    unknown = set(targets) - declared
-    if unknown:
-        raise ValueError(
-            f"{PROMETHEUS_CONFIG} scrapes no app named {sorted(unknown)}; it has {sorted(declared)}"
-        )
-    config["scrape_configs"] = [job for job in config["scrape_configs"] if job["static_configs"]]
+        if job["job_name"] == APPS_JOB:
+            if app_targets_file is None:
+                continue
+            (discovery,) = job["file_sd_configs"]
+            discovery["files"] = [str(app_targets_file)]
+            if interval is not None:
+                discovery["refresh_interval"] = interval
+        else:
+            job["static_configs"] = [
+                {**static, "targets": [targets[static["labels"]["component"]]]}
+                for static in job["static_configs"]
+                if static["labels"]["component"] in targets
+            ]
+            if not job["static_configs"]:
+                continue
+        scraped.append(job)
+    config["scrape_configs"] = scraped
     return config
+
+
+def target_group(app: str, address: str) -> dict[str, Any]:
+    """One app's driver as a Prometheus file_sd target group. The app label names the synthetic ``up``
+    series (the exporter labels its own samples with app and query)."""
+    return {"targets": [address], "labels": {"app": app}}
+
+
+def write_target_groups(path: Path, groups: Sequence[Mapping[str, Any]]) -> bool:
+    """Write ``groups`` as a file_sd file, whole (a temporary file renamed over it: Prometheus never
+    reads half a file), and only when they differ from what it holds; whether it wrote."""
+    text = json.dumps(list(groups), indent=2) + "\n"
+    try:
+        if path.read_text() == text:
+            return False
+    except FileNotFoundError:
+        pass
+    write_atomically(path, text)
+    return True
 
 
 def render_alertmanager_config(receiver_base_url: str) -> dict[str, Any]:

@@ -1,10 +1,12 @@
-"""Processes on this host, as the lease, the supervisor and the scratch clean-up judge them: from
-``/proc`` on Linux (a zombie has exited), from signal 0 elsewhere.
+"""Processes on this host, as the lease, the supervisor, the control store's records and the scratch
+clean-up judge them: from ``/proc`` on Linux (a zombie has exited), from signal 0 elsewhere. A record
+names the host that wrote it (``this_host``), since its pid means a process only there.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import time
 from pathlib import Path
 
@@ -31,6 +33,18 @@ def process_exists(pid: object) -> bool:
         return _signalable(pid)  # no /proc (not Linux): a zombie cannot be told apart here
     fields = proc_stat(pid)
     return bool(fields) and fields[0] not in _GONE_STATES
+
+
+def this_host() -> str:
+    """The name a record gives for the host that wrote it: its pid names a process only there."""
+    return socket.gethostname()
+
+
+def ended_on_this_host(host: object, pid: object) -> bool:
+    """Whether a record written on ``host`` names a process known to have ended: on this host, a pid that
+    no longer runs. Another host's process cannot be looked at from here, so it is never known to have
+    ended."""
+    return host == this_host() and not process_exists(pid)
 
 
 def _has_proc() -> bool:

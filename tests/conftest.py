@@ -239,22 +239,8 @@ def yarn(session_root: Path, hdfs):
 
 
 def yarn_overrides(yarn, data_root: str) -> list[str]:
-    """A config whose drivers run in ``yarn``'s containers (cluster mode), its data under ``data_root``;
-    two containers per app of 1 GB + overhead each, as conf/yarn.yaml sizes them."""
-    return [
-        "spark.master=yarn",
-        "spark.deploy_mode=cluster",
-        "spark.class_archive=false",
-        "spark.driver_memory=1g",
-        f"yarn.resourcemanager_url={yarn.rm_url}",
-        f"yarn.hadoop_conf_dir={yarn.conf_dir}",
-        "spark.extra_conf.spark.executor.instances=1",
-        "spark.extra_conf.spark.executor.cores=1",
-        "spark.extra_conf.spark.executor.memory=1g",
-        "spark.extra_conf.spark.yarn.appMasterEnv.SPARK_LOCAL_IP=127.0.0.1",
-        "spark.extra_conf.spark.executorEnv.SPARK_LOCAL_IP=127.0.0.1",
-        f"paths.data_root={data_root}",
-    ]
+    """A config whose drivers run in ``yarn``'s containers (cluster mode), its data under ``data_root``."""
+    return yarn.pipeline_settings(data_root)
 
 
 @pytest.fixture

@@ -127,6 +127,7 @@ def test_a_stalled_partition_files_a_ticket_and_a_stopped_app_pages_the_on_call(
             prometheus_server(
                 render_prometheus_config(
                     targets={SENSOR_APP: app.metrics_address},
+                    app_targets_file=tmp_path / "prometheus" / "stream_pipelines.json",
                     rule_paths=rule_paths,
                     interval=INTERVAL,
                     alertmanager=alertmanager,

@@ -22,6 +22,7 @@ import yaml
 
 from stream_pipelines.config import load_config
 from stream_pipelines.devtools import stack
+from stream_pipelines.monitoring_rules import APPS_JOB
 
 ROOT = Path(__file__).resolve().parents[1]
 MONITORING = ROOT / "monitoring"
@@ -95,13 +96,13 @@ def test_prometheus_config_is_valid_and_matches_the_pipeline_config() -> None:
     config = load_config("local")
     assert alertmanagers == ["127.0.0.1:9094"]
     assert config.broker.controller_port != 9094
-    scraped = {
-        static["labels"]["app"]: static["targets"]
-        for job in prometheus["scrape_configs"]
-        for static in job["static_configs"]
-        if "app" in static["labels"]
-    }
-    assert scraped == {app: [f"{config.metrics.host}:{port}"] for app, port in config.metrics.ports.items()}
+    # The drivers are discovered wherever they run, from the file `pipelinectl metrics-targets` keeps
+    # beside the config: no fixed address.
+    [apps_job] = [job for job in prometheus["scrape_configs"] if job["job_name"] == APPS_JOB]
+    assert "static_configs" not in apps_job
+    assert apps_job["file_sd_configs"] == [
+        {"files": ["targets/stream_pipelines.json"], "refresh_interval": "15s"}
+    ]
     # The day records' deadlines come from the plugin in the stack's Airflow api-server.
     [days_job] = [job for job in prometheus["scrape_configs"] if job["job_name"] == "reconciliation_days"]
     assert days_job["metrics_path"] == "/streaming-pipeline/metrics"
@@ -109,6 +110,29 @@ def test_prometheus_config_is_valid_and_matches_the_pipeline_config() -> None:
 
 
 # --------------------------------------------------------------------------- the rules themselves
+
+
+def test_the_stacks_prometheus_config_is_valid_and_reads_the_file_its_writer_keeps(tmp_path: Path) -> None:
+    config = load_config("local", [f"paths.data_root={tmp_path}"], environ={})
+    written = stack.write_prometheus_config(config)
+    result = run(promtool(), "check", "config", str(written))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {len(RULE_FILES)} rule files found" in result.stdout + result.stderr
+
+    [apps_job] = [
+        job for job in yaml.safe_load(written.read_text())["scrape_configs"] if job["job_name"] == APPS_JOB
+    ]
+    (discovery,) = apps_job["file_sd_configs"]
+    [writer] = [
+        component.command for component in stack.components(config) if component.name == "metrics-targets"
+    ]
+    assert (
+        writer[writer.index("--out") + 1] == discovery["files"][0] == str(stack.metrics_targets_file(config))
+    )
+    [prometheus] = [
+        component.command for component in stack.components(config) if component.name == "prometheus"
+    ]
+    assert f"--config.file={written}" in prometheus
 
 
 def test_every_alert_exists_with_severity_and_runbook() -> None:

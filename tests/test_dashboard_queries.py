@@ -19,7 +19,13 @@ from typing import Any
 
 import pytest
 
-from stream_pipelines.monitoring_rules import render_prometheus_config, rule_files
+from stream_pipelines.metrics_targets import target_groups
+from stream_pipelines.monitoring_rules import (
+    render_prometheus_config,
+    rule_files,
+    target_group,
+    write_target_groups,
+)
 from tests.monitoring_stack import (
     SENSOR_APP,
     PrometheusQueryError,
@@ -100,12 +106,18 @@ def substitute(expr: str, values: dict[str, str], target: Target) -> str:
 
 @pytest.fixture(scope="module")
 def prometheus(stalled_sensor_app: RunningApp, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Prometheus finding the app as in production: the file of targets made from the running records,
+    in which the driver registered its exporter."""
+    folder = tmp_path_factory.mktemp("prometheus")
+    targets_file = folder / "stream_pipelines.json"
+    write_target_groups(targets_file, target_groups(stalled_sensor_app.config))
+    assert json.loads(targets_file.read_text()) == [
+        target_group(SENSOR_APP, stalled_sensor_app.metrics_address)
+    ]
     config = render_prometheus_config(
-        targets={SENSOR_APP: stalled_sensor_app.metrics_address},
-        rule_paths=rule_files(),
-        interval=f"{SCRAPE_INTERVAL_S}s",
+        app_targets_file=targets_file, rule_paths=rule_files(), interval=f"{SCRAPE_INTERVAL_S}s"
     )
-    with prometheus_server(config, tmp_path_factory.mktemp("prometheus")) as url:
+    with prometheus_server(config, folder) as url:
         yield url
 
 

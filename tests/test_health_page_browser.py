@@ -394,7 +394,10 @@ def test_late_drops_and_quarantined_rows_of_the_last_hour_come_from_prometheus_w
     server, _thread = start_http_server(exporter_port, addr="127.0.0.1", registry=registry)
 
     scrape = render_prometheus_config(
-        targets={APP: f"127.0.0.1:{exporter_port}"}, rule_paths=[], interval="1s"
+        targets={APP: f"127.0.0.1:{exporter_port}"},
+        app_targets_file=tmp_path / "stream_pipelines.json",
+        rule_paths=[],
+        interval="1s",
     )
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(scrape))
     log = (tmp_path / "prometheus.log").open("wb")

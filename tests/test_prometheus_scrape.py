@@ -98,13 +98,15 @@ def running_query(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory)
 
 @pytest.fixture(scope="module")
 def prometheus(running_query: RunningQuery, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """monitoring/prometheus.yml with the sensor app's target moved to the test exporter; no Alertmanager."""
+    """monitoring/prometheus.yml discovering the sensor app at the test exporter; no Alertmanager."""
+    folder = tmp_path_factory.mktemp("prometheus")
     config = render_prometheus_config(
         targets={APP: f"127.0.0.1:{running_query.exporter.port}"},
+        app_targets_file=folder / "stream_pipelines.json",
         rule_paths=[RULES_DIR / "*.yml"],
         interval=f"{SCRAPE_INTERVAL_S}s",
     )
-    with prometheus_server(config, tmp_path_factory.mktemp("prometheus")) as url:
+    with prometheus_server(config, folder) as url:
         yield url
 
 

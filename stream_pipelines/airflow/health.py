@@ -90,9 +90,13 @@ def http_get(url: str, timeout_s: float = SOURCE_TIMEOUT_S) -> bytes:
 
 
 def metrics_url(config: PipelineConfig, app: str) -> str:
-    host = config.metrics.host
+    """Where the app's driver serves its metrics: as it registered them in its running record (a YARN
+    container's node, a free port), else the configured port on this host."""
+    driver = ControlStore(config).running_driver(app)
+    if driver is not None and driver.metrics is not None:
+        return f"http://{driver.metrics.address}/metrics"
     # An exporter bound to every interface is reached on loopback from this host.
-    reachable = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    reachable = "127.0.0.1" if config.metrics.binds_every_interface else config.metrics.host
     return f"http://{reachable}:{declared_app(app).metrics_port(config)}/metrics"
 
 

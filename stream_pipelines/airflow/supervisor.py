@@ -66,13 +66,7 @@ class SupervisorRetryPolicy(RetryPolicy):
                 reason=f"{self.app} is owned by another driver; the next try follows it",
             )
         try:
-            restarts = ControlStore(config).record_restart(
-                self.app,
-                cause=cause,
-                limit=settings.max_restarts,
-                window=timedelta(seconds=settings.crash_loop_window.seconds),
-                kind="driver",
-            )
+            restarts = count_driver_restart(config, self.app, cause)
         except CrashLoopError as error:
             return RetryDecision.fail(reason=str(error))
         # Keyed on the restarts within the crash-loop window, not on the try number: a supervisor run
@@ -99,6 +93,19 @@ class SupervisorRetryPolicy(RetryPolicy):
     @classmethod
     def deserialize(cls, data: dict[str, Any]) -> SupervisorRetryPolicy:
         return cls(data["app"])
+
+
+def count_driver_restart(config: Any, app: str, cause: str) -> int:
+    """Count a restart of the app's driver under the crash-loop guard: the restarts within the window,
+    or ``CrashLoopError`` at the limit."""
+    settings = config.supervision
+    return ControlStore(config).record_restart(
+        app,
+        cause=cause,
+        limit=settings.max_restarts,
+        window=timedelta(seconds=settings.crash_loop_window.seconds),
+        kind="driver",
+    )
 
 
 def _exit_code(exception: BaseException) -> int | None:
@@ -177,6 +184,7 @@ class StreamingAppOperator(SparkSubmitOperator):
                 # starting): follow it. Never a second application of one app.
                 self._follow(config, rm, running[-1], adopted=True)
                 return
+        self._count_uncounted_death(config)
         try:
             launch = prepare(config, declared_app(self.app), "processing", log=self.log.info)
         except StartRefused as refused:
@@ -229,6 +237,22 @@ class StreamingAppOperator(SparkSubmitOperator):
             # It drained cleanly when asked, but it was asked because it was stuck: still a restart.
             raise AirflowException(f"watchdog: {self.app} was stuck: {guard.verdict}")
         self.log.info("%s exited 0 (deliberate stop): not a crash, no restart", self.app)
+
+    def _count_uncounted_death(self, config: Any) -> None:
+        """A start after a driver death no supervisor saw (its task runner or the scheduler was down
+        meanwhile) is a restart too: counted, under the crash-loop guard, as the retry policy counts one."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        death = ControlStore(config).uncounted_death(self.app)
+        if death is None:
+            return
+        try:
+            restarts = count_driver_restart(config, self.app, death)
+        except CrashLoopError as error:
+            raise AirflowFailException(str(error)) from None
+        self.log.info(
+            "%s: %s; driver restart %d within the window, from its checkpoint", self.app, death, restarts
+        )
 
     def _adopt(self, config: Any, lease: Any, owner: Any) -> None:
         """Follow a live owner until it ends: a graceful stop is success, anything else a failure that
@@ -325,18 +349,20 @@ class StreamingAppOperator(SparkSubmitOperator):
         raise AirflowException(f"{self.app}'s driver ended without a graceful stop: {result.text}")
 
     def on_kill(self) -> None:
-        """Airflow is stopping the task: ask the app to drain and stop before anything harsher."""
+        """Airflow is stopping the task. A driver on this worker is asked to drain and stop before
+        anything harsher. A driver in YARN does not live here: a worker's restart or redeploy must not
+        take it down, so it runs on and the next try (or run) adopts it; ``pipeline_control`` stops an
+        app on purpose."""
 
         config = task_config()
-        ControlStore(config).request_stop(self.app)
         if config.drivers_in_cluster:
-            rm = yarn_driver.resource_manager_of(config)
-            for application in rm.applications(self.app):
-                if not yarn_driver.end(rm, application.id, config.supervision.drain_timeout.seconds):
-                    self.log.warning(
-                        "%s did not stop within the drain timeout: killed through YARN", self.app
-                    )
+            self.log.info(
+                "%s: the task is stopped, its YARN application runs on; the next try adopts it "
+                "(stop the app with the pipeline_control DAG)",
+                self.app,
+            )
             return
+        ControlStore(config).request_stop(self.app)
         group = _submitted_group(self._hook) if self._hook else None
         if group is not None and not _end_group(group, config.supervision.drain_timeout.seconds):
             self.log.warning("%s did not stop within the drain timeout: killed", self.app)

@@ -68,14 +68,17 @@ from stream_pipelines.devtools.processes import (
     Proc,
     alive,
     descendants,
+    environment_of,
     free_port,
     parent_pid,
     process_table,
     started_with,
     stop_process_group,
 )
+from stream_pipelines.devtools.yarn import LocalYarn
 from stream_pipelines.procfs import process_age_s
 from stream_pipelines.registry import APP_NAMES, APPS
+from stream_pipelines.resource_manager import ResourceManager, ResourceManagerError
 
 DEFAULT_ROOT = PROJECT_ROOT / "data" / "chaos"
 ROOT_MARKER = ".chaos-root"
@@ -84,29 +87,53 @@ ROOT_MARKER = ".chaos-root"
 ROOT_VARIABLES = ("PIPELINE__PATHS__LOCAL_ROOT", "PIPELINE__PATHS__DATA_ROOT")
 FAULT_CLASSES = (
     "driver-kill",
+    "container-kill",
     "runner-kill",
     "scheduler-restart",
     "driver-freeze",
     "broker-restart",
+    "nodemanager-restart",
     "storage-outage",
     "query-failure",
 )
 FAULT_LABELS = {
     "driver-kill": "kill -9 of a driver's process group",
-    "runner-kill": "kill -9 of the task runner above spark-submit",
+    "container-kill": "kill -9 of a driver's YARN container (its process group)",
+    "runner-kill": "kill -9 of the task runner above spark-submit, or following the application",
     "scheduler-restart": "restart of the scheduler",
     "driver-freeze": "SIGSTOP of a driver JVM past the watchdog window, then SIGCONT",
     "broker-restart": "restart of the Kafka broker",
+    "nodemanager-restart": "the NodeManager stopped (its containers with it) and started again",
     "storage-outage": "the store down for 30-60 s: NameNode stopped and started, or S3 server frozen",
     "query-failure": "one query's next checkpoint write refused until it fails (recovered in the driver)",
 }
+# Where the drivers run: child processes of their Airflow tasks (client mode), or YARN containers
+# (``--cluster yarn``: a ResourceManager and a NodeManager on loopback over their HDFS, the data root).
+CLUSTERS = ("local", "yarn")
+# Faults of one kind of cluster only: a driver's process group is spark-submit's on the worker, a
+# container's in YARN; only YARN has a NodeManager to restart.
+YARN_FAULTS = {"container-kill", "nodemanager-restart"}
+WORKER_DRIVER_FAULTS = {"driver-kill", "query-failure"}
+# What `make chaos --cluster yarn` draws from unless --classes says otherwise.
+YARN_DEFAULT_CLASSES = (
+    "container-kill",
+    "runner-kill",
+    "scheduler-restart",
+    "driver-freeze",
+    "nodemanager-restart",
+    "broker-restart",
+)
+# On YARN a launch's spark-submit returns once the application is accepted (seconds); one that stays
+# longer on the worker holds a driver there, which cluster mode must not.
+WORKER_SUBMIT_LIMIT_S = 120.0
+NODEMANAGER_DOWN_S = 5.0
 # Where the stack keeps its data root: the local disk, or a store server it starts on loopback.
 STORES = ("local", "hdfs", "s3")
 STORE_FAULTS = {"storage-outage"}
 # Injected by a folder on the local disk, where the store keeps the checkpoints.
 LOCAL_FAULTS = {"query-failure"}
 OUTAGE_S = (30.0, 60.0)
-APP_FAULTS = {"driver-kill", "runner-kill", "driver-freeze", "query-failure"}
+APP_FAULTS = {"driver-kill", "container-kill", "runner-kill", "driver-freeze", "query-failure"}
 S3_BUCKET = "pipeline-chaos"
 TRIGGER_S = 3
 # Short supervision timings, so that 20 faults fit in half an hour; the guard must not trip during them.
@@ -162,34 +189,87 @@ def of_stack(pid: int, root: Path) -> bool:
     return any(started_with(pid, variable, str(root)) for variable in ROOT_VARIABLES)
 
 
-class DriverSampler:
-    """Samples the process table every second in a thread; counts drivers per app."""
+class Sampler:
+    """Counts each app's drivers every ``interval_s`` in a thread (``sample``, by its subclass); keeps
+    when each driver was first and last seen and when it started."""
 
-    def __init__(self, apps: Sequence[str], root: Path, interval_s: float = 1.0) -> None:
-        self.apps, self.root = tuple(apps), root
-        self.interval_s = interval_s
+    name = "sampler"
+
+    def __init__(self, apps: Sequence[str], interval_s: float = 1.0) -> None:
+        self.apps, self.interval_s = tuple(apps), interval_s
         self.samples = 0
         self.max_drivers = dict.fromkeys(self.apps, 0)
         self.violations: list[dict[str, Any]] = []
-        # pid -> app, first and last seen (wall clock), its command line's head
-        self.seen: dict[int, dict[str, Any]] = {}
-        self.current: dict[str, list[int]] = {app: [] for app in self.apps}
+        # driver (pid, or YARN application id) -> app, first and last seen (wall clock), when it started
+        self.seen: dict[Any, dict[str, Any]] = {}
+        self.current: dict[str, list[Any]] = {app: [] for app in self.apps}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="driver-sampler", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
 
-    def start(self) -> DriverSampler:
+    def start(self) -> Sampler:
         self.sample()
         self._thread.start()
         return self
 
     def stop(self) -> None:
         self._stopping.set()
-        self._thread.join(timeout=10)
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
 
     def _run(self) -> None:
         while not self._stopping.wait(self.interval_s):
             self.sample()
+
+    def sample(self) -> dict[str, list[Any]]:
+        raise NotImplementedError
+
+    def _count(
+        self, now: float, app: str, drivers: Sequence[Any], described: Callable[[], dict[str, Any]]
+    ) -> None:
+        """One sample of an app's drivers (under the lock): its maximum, and a violation with what
+        ``described`` says of them when there are two or more."""
+        self.max_drivers[app] = max(self.max_drivers[app], len(drivers))
+        if len(drivers) > 1:
+            self.violations.append(
+                {"at": datetime.fromtimestamp(now, UTC).isoformat(), "app": app, **described()}
+            )
+
+    def drivers(self, app: str) -> list[Any]:
+        with self._lock:
+            return list(self.current.get(app, []))
+
+    def first_seen(self, driver: Any) -> float:
+        with self._lock:
+            return self.seen.get(driver, {}).get("first_seen", time.time())
+
+    def started(self, driver: Any) -> float:
+        """When a driver the sampler saw started (now for one it never saw)."""
+        with self._lock:
+            return self.seen.get(driver, {}).get("started", time.time())
+
+    def first_launch(self, app: str) -> float | None:
+        """When the app's first launch seen so far started (wall clock); None before one."""
+        return min((self.started(driver) for driver in self.driver_pids(app, True)), default=None)
+
+    def driver_pids(self, app: str, launches_only: bool = False) -> set[Any]:
+        """Every driver of the app seen so far; with ``launches_only``, its launches only."""
+        with self._lock:
+            return {
+                driver
+                for driver, record in self.seen.items()
+                if record["app"] == app and not (launches_only and record["kind"] != "launch")
+            }
+
+
+class DriverSampler(Sampler):
+    """Samples the process table: a driver is a process (its pid)."""
+
+    name = "driver-sampler"
+
+    def __init__(self, apps: Sequence[str], root: Path, interval_s: float = 1.0) -> None:
+        super().__init__(apps, interval_s)
+        self.root = root
 
     def sample(self) -> dict[str, list[int]]:
         table = process_table()
@@ -199,20 +279,19 @@ class DriverSampler:
             self.samples += 1
             self.current = found
             for app, pids in found.items():
-                self.max_drivers[app] = max(self.max_drivers[app], len(pids))
-                if len(pids) > 1:
-                    self.violations.append(
-                        {
-                            "at": datetime.fromtimestamp(now, UTC).isoformat(),
-                            "app": app,
-                            "drivers": {pid: " ".join(table[pid].argv)[:300] for pid in pids},
-                            "states": {pid: table[pid].state for pid in pids},
-                        }
-                    )
+                self._count(
+                    now,
+                    app,
+                    pids,
+                    lambda pids=pids: {
+                        "drivers": {pid: " ".join(table[pid].argv)[:300] for pid in pids},
+                        "states": {pid: table[pid].state for pid in pids},
+                    },
+                )
                 for pid in pids:
                     # A spark-submit (bash, then the same pid exec'd into the JVM), or a Python driver
                     # left on its own when its JVM died.
-                    kind = "python" if Path(table[pid].argv[0]).name.startswith("python") else "spark-submit"
+                    kind = "python" if Path(table[pid].argv[0]).name.startswith("python") else "launch"
                     if pid not in self.seen:
                         # When it started, from /proc: it may have started before this sampler did.
                         age_s = process_age_s(pid)
@@ -226,31 +305,49 @@ class DriverSampler:
                     self.seen[pid]["last_seen"] = now
         return found
 
-    def drivers(self, app: str) -> list[int]:
-        with self._lock:
-            return list(self.current.get(app, []))
 
-    def first_seen(self, pid: int) -> float:
-        with self._lock:
-            return self.seen.get(pid, {}).get("first_seen", time.time())
+class ApplicationSampler(Sampler):
+    """On YARN: asks the ResourceManager for each app's applications that are not over (a driver is an
+    application there, each one a launch). A ResourceManager that does not answer is asked again at the
+    next sample."""
 
-    def started(self, pid: int) -> float:
-        """When a driver the sampler saw started (its /proc start time; now for one it never saw)."""
-        with self._lock:
-            return self.seen.get(pid, {}).get("started", time.time())
+    name = "application-sampler"
 
-    def first_launch(self, app: str) -> float | None:
-        """When the app's first spark-submit seen so far started (wall clock); None before one."""
-        return min((self.started(pid) for pid in self.driver_pids(app, True)), default=None)
+    def __init__(self, rm: ResourceManager, apps: Sequence[str], interval_s: float = 1.0) -> None:
+        super().__init__(apps, interval_s)
+        self.rm = rm
+        self.unanswered = 0
 
-    def driver_pids(self, app: str, launches_only: bool = False) -> set[int]:
-        """Every driver of the app seen so far; with ``launches_only``, the spark-submits only."""
+    def sample(self) -> dict[str, list[str]]:
+        try:
+            found = {app: self.rm.applications(app) for app in self.apps}
+        except ResourceManagerError:
+            with self._lock:
+                self.unanswered += 1
+                return {app: list(ids) for app, ids in self.current.items()}
+        now = time.time()
         with self._lock:
-            return {
-                pid
-                for pid, record in self.seen.items()
-                if record["app"] == app and not (launches_only and record["kind"] != "spark-submit")
-            }
+            self.samples += 1
+            self.current = {app: [a.id for a in applications] for app, applications in found.items()}
+            for app, applications in found.items():
+                self._count(
+                    now,
+                    app,
+                    applications,
+                    lambda applications=applications: {"applications": {a.id: a.state for a in applications}},
+                )
+                for application in applications:
+                    record = self.seen.setdefault(
+                        application.id,
+                        {
+                            "app": app,
+                            "first_seen": now,
+                            "started": application.started_ms / 1000 if application.started_ms else now,
+                            "kind": "launch",
+                        },
+                    )
+                    record.update(last_seen=now, state=application.state)
+        return {app: list(ids) for app, ids in self.current.items()}
 
 
 # --------------------------------------------------------------------------- the private stack
@@ -267,11 +364,16 @@ class Stack:
     ad_rate: float
     extra: tuple[str, ...] = ()
     store: str = "local"
+    cluster: str = "local"
     airflow_port: int = field(default_factory=free_port)
     broker_port: int = field(default_factory=free_port)
     controller_port: int = field(default_factory=free_port)
 
     def __post_init__(self) -> None:
+        # On YARN the data root is on the cluster's own HDFS, which its applications stage on too.
+        self.yarn = LocalYarn(home=self.root / "yarn") if self.cluster == "yarn" else None
+        if self.yarn is not None:
+            self.store = "hdfs"
         self.store_server = self._store_server()
         self.overrides = [
             f"paths.local_root={self.root}",
@@ -289,6 +391,8 @@ class Stack:
 
     def _store_server(self) -> Any:
         """The store server this stack runs its data root on (None for the local disk)."""
+        if self.yarn is not None:
+            return self.yarn.hdfs
         if self.store == "hdfs":
             return LocalHdfs(home=self.root / "hdfs")
         if self.store == "s3":
@@ -296,6 +400,8 @@ class Stack:
         return None
 
     def _store_settings(self) -> list[str]:
+        if self.yarn is not None:
+            return self.yarn.pipeline_settings(self.yarn.hdfs.url("chaos"))
         if self.store == "hdfs":
             return [f"paths.data_root={self.store_server.url('chaos')}"]
         if self.store == "s3":
@@ -303,6 +409,13 @@ class Stack:
         return [f"paths.data_root={self.root}"]
 
     def start_store(self) -> None:
+        if self.yarn is not None:
+            self.yarn.start()
+            say(
+                f"YARN: ResourceManager {self.yarn.rm_url} ({self.yarn.memory_mb} MB for containers), "
+                f"HDFS {self.yarn.default_fs}, data root {self.config.paths.data_root}"
+            )
+            return
         if self.store_server is None:
             return
         self.store_server.start()
@@ -315,6 +428,9 @@ class Stack:
             say(f"HDFS on {self.store_server.default_fs}, data root {self.config.paths.data_root}")
 
     def stop_store(self) -> None:
+        if self.yarn is not None:
+            self.yarn.stop()  # its containers, then its HDFS
+            return
         if self.store_server is not None:
             if self.store == "s3":
                 self.resume_store()  # a stopped process ignores SIGTERM until continued
@@ -409,9 +525,10 @@ class Stack:
                 raise SystemExit(
                     f"chaos: {self.root} is not empty and not a chaos root; choose another --root"
                 )
-            left = LocalHdfs.attach(self.root / "hdfs")
-            if left is not None:
-                left.stop()  # a run left with --keep: its NameNode holds the ports this one reuses
+            # A run left with --keep: its daemons hold the ports this one reuses.
+            for left in (LocalYarn.attach(self.root / "yarn"), LocalHdfs.attach(self.root / "hdfs")):
+                if left is not None:
+                    left.stop()
             shutil.rmtree(self.root)
         self.root.mkdir(parents=True)
         (self.root / ROOT_MARKER).write_text("a private stack of `make chaos`; deleted at its next run\n")
@@ -574,8 +691,9 @@ class FaultResult:
     at: str
     recovered: bool = False
     next_batch_s: float | None = None
-    # From the fault to the start of the first new spark-submit (its /proc start time): supervision's
-    # share of a driver restart; the rest of next_batch_s is the new driver's own cold start.
+    # From the fault to the first new launch (a spark-submit's /proc start time; on YARN, when the
+    # ResourceManager started the new application): supervision's share of a driver restart; the rest of
+    # next_batch_s is the new driver's own cold start.
     new_driver_s: float | None = None
     # query-failure: from the fault to the query's failure (its next batch's refused write); the rest of
     # next_batch_s is the recovery's.
@@ -609,11 +727,26 @@ class Chaos:
         self.recover_timeout_s = recover_timeout_s
         self.stop_orphans = stop_orphans
         self.rng = rng
-        self.sampler = DriverSampler(stack.apps, stack.root)
+        # The process table of this host, the Airflow worker's: its drivers in client mode, its
+        # spark-submits (which return at once) on YARN.
+        self.worker = DriverSampler(stack.apps, stack.root)
+        self.rm = ResourceManager(stack.yarn.rm_url) if stack.yarn is not None else None
+        self.sampler: Sampler = (
+            ApplicationSampler(self.rm, stack.apps) if self.rm is not None else self.worker
+        )
         # Per app: its first spark-submit to the first committed batch of all its queries.
         self.cold_start_s: dict[str, float] = {}
         self.logs = TaskLogs(self.home, stack.apps)
         self.results: list[FaultResult] = []
+
+    def start_sampling(self) -> None:
+        self.sampler.start()
+        if self.worker is not self.sampler:
+            self.worker.start()
+
+    def stop_sampling(self) -> None:
+        self.sampler.stop()
+        self.worker.stop()
 
     # ---- waiting
 
@@ -649,7 +782,7 @@ class Chaos:
                 raise SystemExit(
                     f"chaos: {app} did not start and commit within {timeout_s:.0f}s; see {self.home / 'logs'}"
                 )
-            say(f"{app}: running (driver pid {self.sampler.drivers(app)[0]}), batches committing")
+            say(f"{app}: running (driver {self.sampler.drivers(app)[0]}), batches committing")
             launched, committed = self.sampler.first_launch(app), committed_since(self.config, app, 0)
             if launched is not None and committed is not None:
                 # The app's first start on this stack, shown beside a restart's own cold start.
@@ -713,9 +846,11 @@ class Chaos:
         return result
 
     def _settled(self, fault: str, app: str, tasks_before: dict[str, Any], before: dict) -> bool:
-        if fault != "runner-kill":
+        if fault not in ("runner-kill", "scheduler-restart"):
             return True
-        # The killed try is over, a later one runs, and it has either adopted the driver or started one.
+        # The killed try is over (a scheduler's stop ends its tasks too), a later one runs, and it has
+        # either adopted the driver or started one. Until then the database may still call the killed
+        # try running.
         task, earlier = run_app_task(self.home, app), tasks_before.get(app) or {}
         if not task or (task["try_number"], task["run_id"]) == (
             earlier.get("try_number"),
@@ -750,7 +885,50 @@ class Chaos:
             f"(group {group} is its launcher's)"
         )
 
+    def _container_driver(self, app: str) -> tuple[str, int]:
+        """The app's one application and its driver's Python process, in its container on this host (the
+        lease names the process; its ``CONTAINER_ID`` must be of that application)."""
+        from stream_pipelines.lease import Lease
+        from stream_pipelines.resource_manager import application_of_container
+
+        applications = self.sampler.sample()[app]
+        if len(applications) != 1:
+            raise RuntimeError(f"{app} has {len(applications)} applications ({applications}), not one")
+        record = Lease(self.config, app).read()
+        if record is None or not alive(record.pid):
+            raise RuntimeError(f"{app}: its lease names no live driver process on this host")
+        container = environment_of(record.pid).get("CONTAINER_ID")
+        if application_of_container(container) != applications[0]:
+            raise RuntimeError(
+                f"{app}: the lease's pid {record.pid} runs in {container}, not in {applications[0]}"
+            )
+        return applications[0], record.pid
+
+    def _container_kill(self, app: str, result: FaultResult) -> str:
+        application, pid = self._container_driver(app)
+        group = os.getpgid(pid)
+        os.killpg(group, signal.SIGKILL)
+        return f"{app}: kill -9 of {application}'s driver container (process group {group}, driver pid {pid})"
+
+    def _nodemanager_restart(self, result: FaultResult) -> str:
+        assert self.stack.yarn is not None
+        started = time.monotonic()
+        registered_s = self.stack.yarn.restart_nodemanager(down_s=NODEMANAGER_DOWN_S)
+        return (
+            f"stack: NodeManager stopped with every container, down {NODEMANAGER_DOWN_S:.0f}s, registered "
+            f"again {registered_s:.0f}s after its start ({time.monotonic() - started:.0f}s in all)"
+        )
+
     def _runner_kill(self, app: str, result: FaultResult) -> str:
+        if self.rm is not None:
+            # On YARN no process of the task is above the driver: kill the runner that follows it.
+            runner = task_runner(process_table(), (run_app_task(self.home, app) or {}).get("id"))
+            if runner is None:
+                raise RuntimeError(f"no task runner found following {app}'s application")
+            os.kill(runner, signal.SIGKILL)
+            application = self.sampler.drivers(app)
+            result.notes.append(f"application {application}")
+            return f"{app}: kill -9 of task runner pid {runner} (following application {application})"
         pid = self._driver(app)
         runner = parent_pid(pid)
         table = process_table()
@@ -767,7 +945,8 @@ class Chaos:
         return f"{app}: kill -9 of task runner pid {runner} ({how}, driver pid {pid})"
 
     def _driver_freeze(self, app: str, result: FaultResult) -> str:
-        pid = self._driver(app)
+        # On YARN the driver's JVM is the ApplicationMaster, the parent of the driver's Python.
+        pid = parent_pid(self._container_driver(app)[1]) if self.rm is not None else self._driver(app)
         hold_s = self.stack.watchdog_window_s(app) + 30
         os.kill(pid, signal.SIGSTOP)
         frozen_at = time.monotonic()
@@ -930,7 +1109,7 @@ class Chaos:
         mark = "ok" if result.ok else "FAILED"
         said = f"next batch {result.next_batch_s}s" if result.recovered else "NOT RECOVERED"
         if result.new_driver_s is not None:
-            said += f" (new spark-submit after {result.new_driver_s}s)"
+            said += f" (new launch after {result.new_driver_s}s)"
         say(
             f"   -> {mark}: {said}, restarts {result.restarts} (in the driver {result.in_driver_restarts}), "
             f"adoptions {result.adoptions}, "
@@ -946,8 +1125,17 @@ class Chaos:
                 result.expectations.append(
                     f"{result.spark_submits_until_adopted} second spark-submit(s) instead of an adoption"
                 )
-        if result.fault == "driver-kill" and result.restarts < 1:
+        if result.fault in ("driver-kill", "container-kill") and result.restarts < 1:
             result.expectations.append("no restart recorded after the driver was killed")
+        if result.fault == "scheduler-restart" and self.rm is not None and result.new_drivers:
+            # The scheduler's stop ends its tasks (Airflow calls on_kill): applications in YARN run on.
+            result.expectations.append(
+                f"{result.new_drivers} new application(s): the scheduler's restart took drivers down"
+            )
+        if result.fault == "nodemanager-restart" and result.restarts < len(scope):
+            result.expectations.append(
+                f"{result.restarts} restart(s) recorded after the NodeManager took {len(scope)} drivers down"
+            )
         if result.fault == "driver-freeze" and result.watchdog_kills < 1:
             result.expectations.append("the watchdog did not stop the frozen driver")
         if result.fault == "query-failure" and self.config.supervision.in_driver_restarts > 0:
@@ -971,13 +1159,51 @@ class Chaos:
             self.settle_accounts()
 
 
-def fault_classes(chosen: str | None, store: str) -> tuple[str, ...]:
-    """The classes asked for, or every class the store allows (a local disk has no server to stop; a
-    query failure is injected on the local disk)."""
+def fault_classes(chosen: str | None, store: str, cluster: str = "local") -> tuple[str, ...]:
+    """The classes asked for, or every class the store and the cluster allow (a local disk has no server
+    to stop; a query failure is injected on the local disk; YARN's own faults on YARN only)."""
     if chosen is not None:
         return tuple(c for c in chosen.split(",") if c)
-    excluded = STORE_FAULTS if store == "local" else LOCAL_FAULTS
+    if cluster == "yarn":
+        return YARN_DEFAULT_CLASSES
+    excluded = YARN_FAULTS | (STORE_FAULTS if store == "local" else LOCAL_FAULTS)
     return tuple(c for c in FAULT_CLASSES if c not in excluded)
+
+
+def refused_classes(classes: Sequence[str], store: str, cluster: str) -> str | None:
+    """Why the chosen fault classes cannot run on this store and cluster; None when they can."""
+    if cluster == "yarn":
+        wrong = sorted(WORKER_DRIVER_FAULTS & set(classes))
+        if wrong:
+            return (
+                f"{', '.join(wrong)} act on a driver process of the Airflow worker; on YARN the drivers "
+                "run in containers: use container-kill"
+            )
+        return None
+    if YARN_FAULTS & set(classes):
+        return f"{', '.join(sorted(YARN_FAULTS & set(classes)))} need YARN: add --cluster yarn"
+    if store == "local" and STORE_FAULTS & set(classes):
+        return "storage-outage needs a store server to stop: add --store hdfs or --store s3"
+    if store != "local" and LOCAL_FAULTS & set(classes):
+        return "query-failure blocks a checkpoint write on the local disk: leave out --store"
+    return None
+
+
+def worker_launches(worker: DriverSampler) -> dict[str, Any]:
+    """On YARN, what of the drivers the Airflow worker's process table held: each launch's spark-submit
+    (it returns once YARN accepted the application) and how long the longest stayed; Python drivers
+    (none: they run in containers)."""
+    lifetimes = [
+        record.get("last_seen", record["first_seen"]) - record["started"]
+        for record in worker.seen.values()
+        if record["kind"] == "launch"
+    ]
+    return {
+        "spark_submits": len(lifetimes),
+        "longest_s": round(max(lifetimes), 1) if lifetimes else None,
+        "python_drivers": sum(record["kind"] == "python" for record in worker.seen.values()),
+        "limit_s": WORKER_SUBMIT_LIMIT_S,
+    }
 
 
 def draw_schedule(
@@ -1094,7 +1320,7 @@ def fault_table(results: list[FaultResult]) -> list[dict[str, Any]]:
 
 def render_table(rows: list[dict[str, Any]]) -> str:
     header = (
-        f"{'fault class':<18} {'count':>5} {'recovered':>9} {'next batch s (median / max)':>28} "
+        f"{'fault class':<20} {'count':>5} {'recovered':>9} {'next batch s (median / max)':>28} "
         f"{'new driver s':>12} "
         f"{'restarts':>8} {'in driver':>9} {'adoptions':>9} {'watchdog kills':>14} {'new drivers':>11} "
         f"{'failed':>6}"
@@ -1104,7 +1330,7 @@ def render_table(rows: list[dict[str, Any]]) -> str:
         median = "-" if row["next_batch_median_s"] is None else f"{row['next_batch_median_s']:.1f}"
         most = "-" if row["next_batch_max_s"] is None else f"{row['next_batch_max_s']:.1f}"
         lines.append(
-            f"{row['class']:<18} {row['count']:>5} {row['recovered']:>9} {median + ' / ' + most:>28} "
+            f"{row['class']:<20} {row['count']:>5} {row['recovered']:>9} {median + ' / ' + most:>28} "
             f"{'-' if row['new_driver_median_s'] is None else row['new_driver_median_s']:>12} "
             f"{row['restarts']:>8} {row['in_driver']:>9} {row['adoptions']:>9} {row['watchdog_kills']:>14} "
             f"{row['new_drivers']:>11} "
@@ -1129,6 +1355,15 @@ def verdict(report: dict[str, Any]) -> list[str]:
     for app, count in report["drivers"]["max_per_app"].items():
         if count > 1:
             problems.append(f"{app}: {count} drivers at once")
+    worker = report.get("worker")
+    if worker:
+        if worker["python_drivers"]:
+            problems.append(f"the Airflow worker ran {worker['python_drivers']} Python driver(s)")
+        if worker["longest_s"] is not None and worker["longest_s"] > worker["limit_s"]:
+            problems.append(
+                f"a spark-submit stayed {worker['longest_s']:.0f}s on the Airflow worker "
+                f"(a driver held there; the limit is {worker['limit_s']:.0f}s)"
+            )
     for fault in report["faults"]:
         if not fault["recovered"]:
             problems.append(f"fault {fault['number']} ({fault['fault']}): not recovered")
@@ -1186,6 +1421,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="where the data root lives: the local disk, or an HDFS or S3 server the stack starts on "
         "loopback (needed by storage-outage)",
     )
+    parser.add_argument(
+        "--cluster",
+        choices=CLUSTERS,
+        default="local",
+        help="where the drivers run: on the Airflow worker (local), or in YARN containers (yarn: a "
+        "ResourceManager and NodeManager on loopback over their HDFS, the data root; faults "
+        f"{', '.join(YARN_DEFAULT_CLASSES)} unless --classes says otherwise)",
+    )
     parser.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--keep", action="store_true", help="leave the stack running at the end (debugging)")
     return parser.parse_args(argv)
@@ -1198,16 +1441,16 @@ def _interrupt(signum: int, _frame: object) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     apps = tuple(a for a in args.apps.split(",") if a)
-    classes = fault_classes(args.classes, args.store)
+    if args.cluster == "yarn" and args.store not in ("local", "hdfs"):
+        raise SystemExit("chaos: on YARN the data root is on the cluster's HDFS: leave out --store")
+    store = "hdfs" if args.cluster == "yarn" else args.store
+    classes = fault_classes(args.classes, store, args.cluster)
     unknown = [a for a in apps if a not in APPS] + [c for c in classes if c not in FAULT_CLASSES]
     if unknown:
         raise SystemExit(f"chaos: unknown app or fault class: {', '.join(unknown)}")
-    if args.store == "local" and STORE_FAULTS & set(classes):
-        raise SystemExit("chaos: storage-outage needs a store server to stop: add --store hdfs or --store s3")
-    if args.store != "local" and LOCAL_FAULTS & set(classes):
-        raise SystemExit(
-            "chaos: query-failure blocks a checkpoint write on the local disk: leave out --store"
-        )
+    refused = refused_classes(classes, store, args.cluster)
+    if refused:
+        raise SystemExit(f"chaos: {refused}")
     # A SIGTERM (a timeout, a CI cancel) still tears the private stack down and writes what was seen.
     signal.signal(signal.SIGTERM, _interrupt)
     # The verification's Spark session stays on loopback, like everything else of the stack.
@@ -1221,35 +1464,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         rate=args.rate,
         ad_rate=args.ad_rate,
         extra=tuple(args.extra),
-        store=args.store,
+        store=store,
+        cluster=args.cluster,
     )
     report_path = (args.json or stack.root / "chaos-report.json").resolve()
     report: dict[str, Any] = {
         "seed": args.seed,
-        "store": args.store,
+        "store": store,
+        "cluster": args.cluster,
         "apps": list(apps),
         "schedule": [f"{fault}:{app or 'stack'}" for fault, app in schedule],
         "settings": stack.overrides,
     }
     started = datetime.now(UTC)
-    say(f"chaos: {len(schedule)} faults, seed {args.seed}, apps {', '.join(apps)}, store {args.store}")
+    say(
+        f"chaos: {len(schedule)} faults, seed {args.seed}, apps {', '.join(apps)}, store {store}, "
+        f"drivers {'in YARN containers' if args.cluster == 'yarn' else 'on the Airflow worker'}"
+    )
     chaos: Chaos | None = None
     try:
         stack.up()
         chaos = Chaos(stack, recover_timeout_s=args.recover_timeout, stop_orphans=args.stop_orphans, rng=rng)
-        chaos.sampler.start()
+        chaos.start_sampling()
         chaos.wait_first_batches()
         chaos.run(schedule, tuple(args.gap))
         report["end"] = drain_and_stop(chaos)
         stack.stop_airflow()
-        chaos.sampler.stop()
+        chaos.stop_sampling()
         report["verification"] = verify(stack, started, datetime.now(UTC))
     except BaseException as error:
         report["aborted"] = f"{type(error).__name__}: {error}"
         raise
     finally:
         if chaos is not None:
-            chaos.sampler.stop()
+            chaos.stop_sampling()
             chaos.settle_accounts()
             report["faults"] = [{**asdict(r), "ok": r.ok} for r in chaos.results]
             report["table"] = fault_table(chaos.results)
@@ -1258,9 +1506,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "samples": chaos.sampler.samples,
                 "max_per_app": chaos.sampler.max_drivers,
                 "violations": chaos.sampler.violations[:50],
-                "spark_submits": {app: len(chaos.sampler.driver_pids(app, True)) for app in apps},
+                "launches": {app: len(chaos.sampler.driver_pids(app, True)) for app in apps},
                 "seen": chaos.sampler.seen,
             }
+            if chaos.rm is not None:
+                report["worker"] = worker_launches(chaos.worker)
             report["log_lines"] = {app: lines[-50:] for app, lines in chaos.logs.lines.items()}
         else:
             report.setdefault("faults", [])
@@ -1275,10 +1525,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(render_table(report["table"]))
     print()
     drivers = report["drivers"]
+    launches = "YARN applications" if args.cluster == "yarn" else "spark-submits"
     print(
         f"drivers: {drivers['samples']} samples, at most {drivers['max_per_app']} per app; "
-        f"spark-submits seen {drivers['spark_submits']}"
+        f"{launches} seen {drivers.get('launches')}"
     )
+    worker = report.get("worker")
+    if worker:
+        print(
+            f"Airflow worker: {worker['spark_submits']} spark-submits, the longest on it "
+            f"{worker['longest_s']}s (limit {worker['limit_s']:.0f}s), Python drivers on it "
+            f"{worker['python_drivers']}"
+        )
     archive = report["verification"].get("archive")
     if archive:
         print(
@@ -1298,7 +1556,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if report["problems"]:
         print("FAILED:\n  " + "\n  ".join(report["problems"]))
         return 1
-    print("PASSED: nothing lost, nothing duplicated, nothing unexplained, never two drivers of one app")
+    print(
+        "PASSED: nothing lost, nothing duplicated, nothing unexplained, never two "
+        + (
+            "applications of one app in YARN, no driver on the Airflow worker"
+            if worker
+            else "drivers of one app"
+        )
+    )
     return 0
 
 

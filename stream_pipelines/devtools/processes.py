@@ -125,11 +125,17 @@ def descendants(pid: int) -> set[int]:
 def started_with(pid: int, variable: str, value: str) -> bool:
     """Whether the process runs with ``variable=value`` in its environment (a private stack or the demo
     hands its settings to everything it starts as ``PIPELINE__...`` variables)."""
+    return environment_of(pid).get(variable) == value
+
+
+def environment_of(pid: int) -> dict[str, str]:
+    """The environment the process started with; empty when it is gone or not ours to read."""
     try:
         environ = Path(f"/proc/{pid}/environ").read_bytes()
     except OSError:
-        return False
-    return f"{variable}={value}\0".encode() in environ
+        return {}
+    pairs = (entry.partition(b"=") for entry in environ.split(b"\0") if entry)
+    return {name.decode(errors="replace"): value.decode(errors="replace") for name, _, value in pairs}
 
 
 def processes_started_with(variable: str, value: str) -> set[int]:

@@ -4,7 +4,8 @@ Starts, each in its own process group with a pid file and a log under ``<local r
 (``paths.local_root``, else the data root): the Kafka broker; the HDFS when the config manages one
 (``hdfs.manage_local``); Airflow (api-server, scheduler, dag-processor, triggerer; SQLite, LocalExecutor with
 parallelism sized for 2 cores) with the streaming DAGs unpaused; a live generator at a modest rate;
-Prometheus with the alert rules, Alertmanager and the example webhook receiver when installed.
+Prometheus with the alert rules, Alertmanager and the example webhook receiver when installed, with
+``pipelinectl metrics-targets`` keeping the file Prometheus discovers the drivers in current.
 `down` stops every group it started (children included), then the apps' drivers, the broker and the
 HDFS.
 """
@@ -28,6 +29,7 @@ from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
 from stream_pipelines.devtools import hdfs, yarn
 from stream_pipelines.devtools.processes import alive as _alive
 from stream_pipelines.devtools.processes import descendants, parent_pid, stop_process_group, stop_processes
+from stream_pipelines.monitoring_rules import RULES_DIR, render_prometheus_config, write_yaml
 from stream_pipelines.registry import APP_NAMES
 
 AIRFLOW_PORT = 8080
@@ -37,6 +39,8 @@ WEBHOOK_PORT = 9095
 AIRFLOW_USER = "admin"
 # How long `down` lets an app finish its batch in flight before it kills the driver.
 APP_DRAIN_S = 60.0
+# How often the stack's Prometheus targets are brought up to date with the drivers' running records.
+METRICS_TARGETS_EVERY_S = 5
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,28 @@ class Component:
 def stack_dir(config: PipelineConfig) -> Path:
     """The stack's own host-local state: Airflow's home, pid files, logs, Prometheus's data."""
     return Path(config.local_root()) / "stack"
+
+
+def metrics_targets_file(config: PipelineConfig) -> Path:
+    """Where the stack's Prometheus discovers the drivers (file_sd), kept current by the stack's
+    ``pipelinectl metrics-targets``."""
+    return stack_dir(config) / "metrics_targets.json"
+
+
+def prometheus_config_file(config: PipelineConfig) -> Path:
+    return stack_dir(config) / "prometheus.yml"
+
+
+def write_prometheus_config(config: PipelineConfig) -> Path:
+    """monitoring/prometheus.yml for the stack: the drivers discovered in its targets file, Airflow's
+    api-server, Alertmanager on their ports here, the repository's rules."""
+    rendered = render_prometheus_config(
+        rule_paths=[RULES_DIR / "*.yml"],
+        targets={"airflow-api-server": f"127.0.0.1:{AIRFLOW_PORT}"},
+        app_targets_file=metrics_targets_file(config),
+        alertmanager=f"127.0.0.1:{ALERTMANAGER_PORT}",
+    )
+    return write_yaml(prometheus_config_file(config), rendered)
 
 
 def airflow_environment(config: PipelineConfig, port: int = AIRFLOW_PORT) -> dict[str, str]:
@@ -134,10 +160,24 @@ def components(
     if prometheus:
         found.append(
             Component(
+                "metrics-targets",
+                [
+                    str(Path(sys.executable).parent / "pipelinectl"),
+                    "metrics-targets",
+                    "--out",
+                    str(metrics_targets_file(config)),
+                    "--every",
+                    str(METRICS_TARGETS_EVERY_S),
+                ],
+            )
+        )
+        found.append(
+            Component(
                 "prometheus",
                 [
                     prometheus,
-                    f"--config.file={monitoring / 'prometheus.yml'}",
+                    # Written by `up` (write_prometheus_config) before the components start.
+                    f"--config.file={prometheus_config_file(config)}",
                     f"--storage.tsdb.path={stack_dir(config) / 'prometheus'}",
                     f"--web.listen-address=127.0.0.1:{PROMETHEUS_PORT}",
                 ],
@@ -188,6 +228,8 @@ def up(config: PipelineConfig, generator_rates: tuple[float, float] = GENERATOR_
     if failure:
         print(failure, file=sys.stderr)
         return 1
+    if shutil.which("prometheus"):
+        write_prometheus_config(config)
     for component in components(config, generator_rates):
         pid = recorded_pid(config, component.name)
         if pid and _alive(pid):
@@ -291,6 +333,7 @@ def down(config: PipelineConfig) -> int:
         "webhook-receiver",
         "alertmanager",
         "prometheus",
+        "metrics-targets",
     ]
     started_below = stop_components(config, names)
     # With the supervisors gone nothing restarts the apps: SIGTERM is the apps' graceful stop (finish the

@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -146,9 +147,16 @@ class LocalYarn(LocalDaemons):
         except (OSError, urllib.error.URLError, ValueError):
             return {}
 
-    def live_nodes(self) -> int:
+    def live_nodes(self, reported_since_s: float = 0.0) -> int:
+        """Nodes the ResourceManager counts live; with ``reported_since_s`` (epoch seconds), only those
+        whose NodeManager reported its health since then (a restarted one, not its old registration)."""
         nodes = unwrap(self._get(f"{self.rm_url}/ws/v1/cluster/nodes"), "nodes", "node") or []
-        return sum(1 for node in nodes if node.get("state") == "RUNNING")
+        return sum(
+            1
+            for node in nodes
+            if node.get("state") == "RUNNING"
+            and int(node.get("lastHealthUpdate") or 0) / 1000 >= reported_since_s
+        )
 
     def ready(self) -> bool:
         info = unwrap(self._get(f"{self.rm_url}/ws/v1/cluster/info"), "clusterInfo")
@@ -176,6 +184,24 @@ class LocalYarn(LocalDaemons):
     def client_environment(self) -> dict[str, str]:
         """What a client of this cluster needs in its environment: spark-submit reads both."""
         return {"HADOOP_CONF_DIR": str(self.conf_dir), "JAVA_HOME": java_home()}
+
+    def pipeline_settings(self, data_root: str) -> list[str]:
+        """Config overrides that run every driver in this YARN's containers (cluster mode), the data under
+        ``data_root``: two containers per app of 1 GB + overhead each, as conf/yarn.yaml sizes them."""
+        return [
+            "spark.master=yarn",
+            "spark.deploy_mode=cluster",
+            "spark.class_archive=false",
+            "spark.driver_memory=1g",
+            f"yarn.resourcemanager_url={self.rm_url}",
+            f"yarn.hadoop_conf_dir={self.conf_dir}",
+            "spark.extra_conf.spark.executor.instances=1",
+            "spark.extra_conf.spark.executor.cores=1",
+            "spark.extra_conf.spark.executor.memory=1g",
+            f"spark.extra_conf.spark.yarn.appMasterEnv.SPARK_LOCAL_IP={self.host}",
+            f"spark.extra_conf.spark.executorEnv.SPARK_LOCAL_IP={self.host}",
+            f"paths.data_root={data_root}",
+        ]
 
     # ------------------------------------------------------------------ life cycle
 
@@ -210,6 +236,23 @@ class LocalYarn(LocalDaemons):
         if with_hdfs:
             stopped |= self.hdfs.stop()
         return stopped
+
+    def restart_nodemanager(self, down_s: float = 0.0, timeout_s: float = 120.0) -> float:
+        """Stop the NodeManager (it kills its containers as it goes: no recovery here), wait ``down_s``,
+        start it again on the same ports, and return once the ResourceManager counts it live again: the
+        seconds from its start to then. Re-registering under the same node id, it tells the
+        ResourceManager that none of its containers runs any more, and their applications fail."""
+        self._stop_daemon("nodemanager", 30.0)
+        time.sleep(down_s)
+        began, began_epoch = time.monotonic(), time.time()
+        self._launch("nodemanager")
+        self._wait(
+            lambda: self.live_nodes(reported_since_s=began_epoch) >= 1,
+            timeout_s,
+            "the restarted NodeManager to register",
+            "nodemanager",
+        )
+        return time.monotonic() - began
 
     def forget_processes(self) -> None:
         """The daemons outlive this process (a shell ``start``); ``stop`` finds them by their pid files."""

@@ -6,6 +6,7 @@ import os
 import random
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,8 @@ from stream_pipelines.devtools import chaos
 from stream_pipelines.devtools.chaos import (
     APP_FAULTS,
     FAULT_CLASSES,
+    WORKER_SUBMIT_LIMIT_S,
+    YARN_FAULTS,
     DriverSampler,
     FaultResult,
     Proc,
@@ -23,6 +26,7 @@ from stream_pipelines.devtools.chaos import (
     main,
     task_runner,
     verdict,
+    worker_launches,
 )
 from stream_pipelines.registry import APPS
 
@@ -101,10 +105,70 @@ def test_the_runner_of_an_adopted_driver_is_found_by_its_task_instance_id():
 
 def test_the_storage_outage_is_drawn_only_on_a_store_with_a_server_and_the_query_failure_on_the_local_disk():
     assert "storage-outage" not in fault_classes(None, "local")
-    assert set(fault_classes(None, "local")) == set(FAULT_CLASSES) - {"storage-outage"}
-    remote = set(FAULT_CLASSES) - {"query-failure"}
+    assert set(fault_classes(None, "local")) == set(FAULT_CLASSES) - {"storage-outage"} - YARN_FAULTS
+    remote = set(FAULT_CLASSES) - {"query-failure"} - YARN_FAULTS
     assert set(fault_classes(None, "hdfs")) == set(fault_classes(None, "s3")) == remote
     assert fault_classes("storage-outage,driver-kill", "s3") == ("storage-outage", "driver-kill")
+
+
+def test_on_yarn_the_faults_are_the_containers_the_nodemanager_the_runner_the_scheduler_and_the_broker():
+    drawn = set(fault_classes(None, "hdfs", "yarn"))
+    assert drawn == YARN_FAULTS | {"runner-kill", "scheduler-restart", "driver-freeze", "broker-restart"}
+    assert {"container-kill", "nodemanager-restart"} == YARN_FAULTS
+    assert not drawn & {"driver-kill", "query-failure"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "refusal"),
+    [
+        (["--cluster", "yarn", "--classes", "driver-kill"], "on YARN the drivers run in containers"),
+        (["--cluster", "yarn", "--store", "s3"], "on YARN the data root is on the cluster's HDFS"),
+        (["--classes", "nodemanager-restart"], "nodemanager-restart need YARN: add --cluster yarn"),
+        (["--store", "hdfs", "--classes", "container-kill"], "container-kill need YARN"),
+    ],
+)
+def test_a_fault_the_cluster_cannot_take_is_refused_before_anything_starts(tmp_path, argv, refusal):
+    with pytest.raises(SystemExit, match=refusal):
+        main([*argv, "--root", str(tmp_path / "stack")])
+    assert not (tmp_path / "stack").exists()
+
+
+def test_on_yarn_a_spark_submit_that_stays_on_the_airflow_worker_fails_the_run():
+    worker = DriverSampler(["raw_archive"], Path("/nonexistent"))
+    worker.seen = {
+        11: {
+            "app": "raw_archive",
+            "kind": "launch",
+            "started": 100.0,
+            "first_seen": 101.0,
+            "last_seen": 104.0,
+        },
+        12: {
+            "app": "raw_archive",
+            "kind": "launch",
+            "started": 200.0,
+            "first_seen": 200.5,
+            "last_seen": 210.0,
+        },
+    }
+    quick = worker_launches(worker)
+    assert quick == {
+        "spark_submits": 2,
+        "longest_s": 10.0,
+        "python_drivers": 0,
+        "limit_s": WORKER_SUBMIT_LIMIT_S,
+    }
+    report = {"faults": [], "drivers": {"max_per_app": {"raw_archive": 1}}, "worker": quick}
+    assert verdict(report) == []
+    worker.seen[13] = {"app": "raw_archive", "kind": "launch", "started": 300.0, "first_seen": 301.0}
+    worker.seen[13]["last_seen"] = 300.0 + WORKER_SUBMIT_LIMIT_S + 60
+    worker.seen[14] = {"app": "raw_archive", "kind": "python", "started": 400.0, "first_seen": 400.0}
+    held = verdict({**report, "worker": worker_launches(worker)})
+    assert held == [
+        "the Airflow worker ran 1 Python driver(s)",
+        f"a spark-submit stayed 180s on the Airflow worker (a driver held there; the limit is "
+        f"{WORKER_SUBMIT_LIMIT_S:.0f}s)",
+    ]
 
 
 def test_a_query_failure_asked_of_a_store_server_is_refused_before_anything_starts(tmp_path):

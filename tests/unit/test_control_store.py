@@ -152,3 +152,31 @@ def test_a_launch_whose_launcher_died_is_not_starting(config):
     store.root.mkdir(parents=True, exist_ok=True)
     (store.root / f"{APP}.starting.json").write_text(json.dumps({"pid": 2**22 + 12345, "at": "then"}))
     assert app_status(config, APP).state == "not running"
+
+
+def test_a_record_from_another_host_names_no_process_of_this_one(config):
+    """A driver in a YARN container elsewhere wrote its pid: that pid here is some other process (this
+    test's own), which status must not call the driver and `make down` must not signal."""
+    store = ControlStore(config)
+    store.root.mkdir(parents=True, exist_ok=True)
+    record = {"pid": os.getpid(), "host": "node-7.cluster.example", "started_at": "2026-01-01T00:00:00+00:00"}
+    (store.root / "raw_archive.running.json").write_text(json.dumps(record))
+    assert store.running_pids("raw_archive") == []
+    store.mark_running("raw_archive")  # this process, on this host
+    assert store.running_pids("raw_archive") == [os.getpid()]
+
+
+def test_a_driver_that_died_while_no_supervisor_followed_it_is_a_restart_not_yet_counted(config):
+    """Its running record stays (no clean exit) and no driver restart was counted since it started: the
+    next start is a restart, which the supervisor counts. One counted after its start (the retry policy
+    of the try that followed it) is not counted twice; an in-driver restart does not count for it."""
+    store = ControlStore(config)
+    assert store.uncounted_death(APP) is None  # never ran
+    store.mark_running(APP)
+    store.record_restart(APP, cause="a query failed", kind="in-driver")
+    death = store.uncounted_death(APP)
+    assert death is not None and f"pid {os.getpid()}" in death and "no supervisor followed it" in death
+    store.record_restart(APP, cause="spark-submit exited with code 137", kind="driver")
+    assert store.uncounted_death(APP) is None
+    store.mark_not_running(APP)  # a clean exit
+    assert store.uncounted_death(APP) is None

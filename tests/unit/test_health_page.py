@@ -430,3 +430,14 @@ def test_each_event_day_shows_its_state_what_holds_it_both_runs_side_by_side_and
     expected = (date(2026, 11, 20) - date(2026, 1, 1)).days
     assert f"pipeline_reconciliation_overdue_days {expected}\n" in exposition
     assert days.overdue_days(config, date(2026, 11, 19), now) == ["2026-11-19"]
+
+
+def test_the_page_reads_a_driver_s_metrics_where_it_registered_them(tmp_path):
+    """A driver in a YARN container, or on a free port (0), says where its exporter serves in its running
+    record; the page asks there, not at the configured port on this host."""
+    from stream_pipelines.control import MetricsEndpoint
+
+    config = config_at(tmp_path)
+    assert health.metrics_url(config, APP) == "http://127.0.0.1:9402/metrics"  # nothing registered
+    ControlStore(config).mark_running(APP, metrics=MetricsEndpoint("node-7.cluster.example", 40123))
+    assert health.metrics_url(config, APP) == "http://node-7.cluster.example:40123/metrics"

@@ -4,6 +4,8 @@ and NodeManager: tests/test_yarn_cluster_mode.py."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from stream_pipelines import submit, yarn_driver
@@ -146,3 +148,26 @@ def test_how_a_driver_in_yarn_ended_from_its_exit_record_and_yarns_diagnostics(t
     assert not yarn_driver.outcome(
         settings, "raw_archive", application(state="FINISHED", finalStatus="SUCCEEDED")
     ).graceful
+
+
+def test_airflow_stopping_a_task_leaves_its_application_running_in_yarn(tmp_path, monkeypatch):
+    """A worker's restart or redeploy terminates its tasks (Airflow calls on_kill): a driver in YARN does
+    not live on that worker, so it runs on and the next try adopts it. No stop is asked, and the
+    ResourceManager (unreachable here) is not even called; pipeline_control stops an app on purpose."""
+    from stream_pipelines.config import override_variables
+
+    overrides = [
+        f"paths.data_root={tmp_path}",
+        "spark.master=yarn",
+        "spark.deploy_mode=cluster",
+        "yarn.resourcemanager_url=http://127.0.0.1:9",
+    ]
+    for name, value in override_variables(overrides).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("PIPELINE_ENV", "local")
+    monkeypatch.setenv("AIRFLOW_HOME", os.environ.get("AIRFLOW_HOME", str(tmp_path / "airflow")))
+    from stream_pipelines.airflow.supervisor import StreamingAppOperator
+
+    StreamingAppOperator(task_id="run_app", app="raw_archive").on_kill()
+    config = load_config("local", overrides, environ={})
+    assert not ControlStore(config).stop_marker("raw_archive").exists()

@@ -31,6 +31,14 @@ restart is the first within its window, as faults hours apart are in production 
 backs off further, by design). A kill -9 takes the same path in both runs (the first restart of a
 killed driver is at once in both): its columns are two samples of one design.
 
+With ``--versus cluster`` the two runs are the drivers' two homes instead, with the shipped settings and
+one fault, the kill of a driver, each ``--rounds`` times:
+
+  local    kill -9 of the driver's process group (its spark-submit JVM and Python, on the Airflow worker)
+  yarn     kill -9 of the driver's YARN container (``--cluster yarn``: a ResourceManager and NodeManager
+           on loopback over their HDFS, which holds the data root); the new launch is timed at the
+           ResourceManager's start of the new application
+
 Results: a table on stdout and JSON in data/bench/recovery.json, with both chaos reports.
 """
 
@@ -60,6 +68,19 @@ from stream_pipelines.devtools.benchmarks.common import (
 DEFAULT_OUT = PROJECT_ROOT / "data" / "bench" / "recovery.json"
 CLASSES = ("query-failure", "driver-freeze", "driver-kill")
 BEFORE = ("supervision.in_driver_restarts=0", "supervision.jvm_answer_timeout=1 hour")
+# Per comparison, its two runs in order: name -> chaos arguments of its own.
+VERSUS = {
+    "design": {
+        "before": ("--classes", ",".join(CLASSES), *(a for s in BEFORE for a in ("--set", s))),
+        "after": ("--classes", ",".join(CLASSES)),
+    },
+    "cluster": {
+        "local": ("--classes", "driver-kill"),
+        "yarn": ("--cluster", "yarn", "--classes", "container-kill"),
+    },
+}
+# A YARN container's kill is a driver's kill: the same figures.
+KILLS = ("driver-kill", "container-kill")
 # Faults in production are hours apart, so each restart is the first within its crash-loop window. A
 # window shorter than the gap between faults keeps them apart here too, rather than measuring how the
 # backoff grows over a burst of faults.
@@ -69,16 +90,16 @@ GAP_S = ("35", "40")
 GOALS = {"query-failure": 10.0, "driver-freeze": 60.0, "driver-kill-supervision": 5.0}
 
 
-def chaos_run(folder: Path, args: Any, settings: Sequence[str]) -> dict[str, Any]:
+def chaos_run(folder: Path, args: Any, arguments: Sequence[str]) -> dict[str, Any]:
     """One chaos run in a process of its own (its stack, signals and verification session with it), its
     progress on this one's stderr; its report."""
     report = folder / "chaos.json"
     argv = [
-        *("--apps", args.app, "--classes", ",".join(CLASSES), "--each-once", "--rounds", str(args.rounds)),
+        *("--apps", args.app, "--each-once", "--rounds", str(args.rounds), *arguments),
         *("--seed", str(args.seed), "--gap", *GAP_S),
         *("--root", str(folder / "stack"), "--json", str(report)),
     ]
-    for setting in (*BOTH, *settings):
+    for setting in BOTH:
         argv += ["--set", setting]
     command = [sys.executable, "-m", "stream_pipelines.devtools.chaos", *argv]
     code = subprocess.run(command, stdout=sys.stderr, check=False).returncode
@@ -97,9 +118,10 @@ def timings(report: dict[str, Any]) -> dict[str, list[float]]:
             continue
         if fault["fault"] == "query-failure" and fault.get("query_failed_s") is not None:
             found["query-failure"].append(round(fault["next_batch_s"] - fault["query_failed_s"], 1))
-        elif fault["fault"] in ("driver-freeze", "driver-kill"):
-            found[fault["fault"]].append(fault["next_batch_s"])
-            if fault["fault"] == "driver-kill" and fault.get("new_driver_s") is not None:
+        elif fault["fault"] in ("driver-freeze", *KILLS):
+            figure = "driver-kill" if fault["fault"] in KILLS else fault["fault"]
+            found[figure].append(fault["next_batch_s"])
+            if figure == "driver-kill" and fault.get("new_driver_s") is not None:
                 found["driver-kill-supervision"].append(fault["new_driver_s"])
                 found["driver-kill-new-driver"].append(
                     round(fault["next_batch_s"] - fault["new_driver_s"], 1)
@@ -109,24 +131,30 @@ def timings(report: dict[str, Any]) -> dict[str, list[float]]:
 
 def run_benchmark(args: Any, _interrupts: Interrupts) -> dict[str, Any]:
     runs: dict[str, dict[str, Any]] = {}
+    sides = VERSUS[args.versus]
+    chosen = args.runs or list(sides)
+    unknown = sorted(set(chosen) - set(sides))
+    if unknown:
+        raise BenchmarkError(
+            f"--versus {args.versus} compares {' and '.join(sides)}, not {', '.join(unknown)}"
+        )
     with tempfile.TemporaryDirectory(prefix="bench-recovery-") as scratch:
-        for name, settings in (("before", BEFORE), ("after", ())):
-            if name not in args.runs:
+        for name, arguments in sides.items():
+            if name not in chosen:
                 continue
-            log(
-                f"{name}: chaos on {args.app}, {', '.join(CLASSES)} x {args.rounds}, "
-                f"settings {list(settings)}"
-            )
+            log(f"{name}: chaos on {args.app} x {args.rounds}, {' '.join(arguments)}")
             folder = Path(scratch) / name
             folder.mkdir()
-            runs[name] = chaos_run(folder, args, settings)
-    figures = {name: timings(runs.get(name, {})) for name in ("before", "after")}
+            runs[name] = chaos_run(folder, args, arguments)
+    figures = {name: timings(runs.get(name, {})) for name in sides}
     return {
         "machine": machine_info(),
         "app": args.app,
         "rounds": args.rounds,
         "seed": args.seed,
-        "before_settings": list(BEFORE),
+        "versus": args.versus,
+        "sides": list(sides),
+        "arguments": {name: list(arguments) for name, arguments in sides.items()},
         "figures": figures,
         "goals": GOALS,
         "first_start_s": {name: first_start_s(report, args.app) for name, report in runs.items()},
@@ -144,8 +172,8 @@ LABELS = {
     "query-failure": "query failure -> next committed batch",
     "driver-freeze": "SIGSTOP of the JVM -> next committed batch",
     "driver-kill": "kill -9 of the driver -> next committed batch",
-    "driver-kill-new-driver": "new driver: its spark-submit -> that batch",
-    "driver-kill-supervision": "kill -9 -> the new spark-submit (the rest)",
+    "driver-kill-new-driver": "new driver: its launch -> that batch",
+    "driver-kill-supervision": "kill -9 -> the new launch (the rest)",
 }
 
 
@@ -153,13 +181,16 @@ def format_table(results: dict[str, Any]) -> str:
     def median(values: list[float]) -> str:
         return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})" if values else "-"
 
-    before, after = results["figures"]["before"], results["figures"]["after"]
+    first_side, second_side = results.get("sides", ("before", "after"))
+    before, after = results["figures"][first_side], results["figures"][second_side]
     lines = [
         f"recovery of {results['app']} on the chaos stack, each fault {results['rounds']} time(s) per run, "
         f"{results['machine'].get('usable_cpus', '?')} CPUs; seconds, median (min-max)",
-        f"{'figure':<46}{'before':>18}{'after':>18}{'after/before':>14}{'goal':>8}",
+        f"{'figure':<46}{first_side:>18}{second_side:>18}{second_side + '/' + first_side:>14}{'goal':>8}",
     ]
     for key, label in LABELS.items():
+        if not (before[key] or after[key]) and results.get("versus") == "cluster":
+            continue  # a figure of a fault this comparison does not inject
         ratio = "-"
         # Seconds rounded to 0.1 can be 0: no ratio then rather than a division by zero.
         if before[key] and after[key] and statistics.median(before[key]) > 0:
@@ -168,8 +199,9 @@ def format_table(results: dict[str, Any]) -> str:
         lines.append(f"{label:<46}{median(before[key]):>18}{median(after[key]):>18}{ratio:>14}{goal:>8}")
     first = results.get("first_start_s", {})
     lines.append(
-        f"the app's first start on the stack (its first spark-submit to its first batch, beside the "
-        f"stack's own start): before {_seconds(first.get('before'))}, after {_seconds(first.get('after'))}"
+        f"the app's first start on the stack (its first launch to its first batch, beside the "
+        f"stack's own start): {first_side} {_seconds(first.get(first_side))}, "
+        f"{second_side} {_seconds(first.get(second_side))}"
     )
     for name, problems in results["problems"].items():
         for problem in problems:
@@ -187,11 +219,18 @@ def build_parser():
     parser.add_argument("--rounds", type=positive_int, default=3, help="each fault class this often per run")
     parser.add_argument("--seed", type=int, default=5)
     parser.add_argument(
+        "--versus",
+        choices=tuple(VERSUS),
+        default="design",
+        help="design: before and after in-driver recovery and the frozen-JVM check (the default); "
+        "cluster: a driver's kill on the Airflow worker (local) and in a YARN container (yarn)",
+    )
+    parser.add_argument(
         "--runs",
         nargs="+",
-        choices=("before", "after"),
-        default=["before", "after"],
-        help="which of the two runs to make (default: both; one alone leaves the other column empty)",
+        default=None,
+        help="which of the comparison's two runs to make (before/after, or local/yarn; default: both; "
+        "one alone leaves the other column empty)",
     )
     add_results_argument(parser, DEFAULT_OUT)
     return parser
