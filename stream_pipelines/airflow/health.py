@@ -91,8 +91,12 @@ def http_get(url: str, timeout_s: float = SOURCE_TIMEOUT_S) -> bytes:
 
 def metrics_url(config: PipelineConfig, app: str) -> str:
     """Where the app's driver serves its metrics: as it registered them in its running record (a YARN
-    container's node, a free port), else the configured port on this host."""
-    driver = ControlStore(config).running_driver(app)
+    container's node, a free port), else (none registered, or the control store does not answer) the
+    configured port on this host."""
+    try:
+        driver = ControlStore(config).running_driver(app)
+    except (OSError, StoreError):
+        driver = None
     if driver is not None and driver.metrics is not None:
         return f"http://{driver.metrics.address}/metrics"
     # An exporter bound to every interface is reached on loopback from this host.
@@ -345,6 +349,7 @@ def app_row(
     driver_exists: bool | None,
     exposition: str | None,
     metrics_error: str | None,
+    metrics_source: str,
     committed: Mapping[str, CommittedBatch | None],
     restart_times: Iterable[str],
     prometheus: Mapping[str, Mapping[str, float]] | None,
@@ -355,7 +360,7 @@ def app_row(
     now: float,
 ) -> AppRow:
     """One app's row from what was read (``exposition`` is the metrics endpoint's text, None when it
-    did not answer, with ``metrics_error`` saying why)."""
+    did not answer, with ``metrics_error`` saying why; ``metrics_source`` is where it was read)."""
     samples = parse_exposition(exposition) if exposition is not None else None
     settings = WatchdogSettings.of(config, app)
     state, detail = page_state(status, stuck_reason(settings, lease, driver_exists, samples, now))
@@ -376,7 +381,7 @@ def app_row(
         restart_limit=config.supervision.max_restarts,
         restart_window=duration_text(window.seconds),
         last_restart=last_restart,
-        metrics_source=metrics_url(config, app),
+        metrics_source=metrics_source,
         metrics_unreachable=metrics_error if samples is None else None,
         alerts=[a for a in alerts if a.get("labels", {}).get("app") == app],
         actions=action_links(app),
@@ -614,9 +619,9 @@ def collect(
     control = ControlStore(config)
     rows = []
     for app in APP_NAMES:
-        exposition, metrics_error = None, None
+        exposition, metrics_error, metrics_source = None, None, metrics_url(config, app)
         try:
-            exposition = fetch(metrics_url(config, app)).decode()
+            exposition = fetch(metrics_source).decode()
         except SourceUnreachable as error:
             metrics_error = f"unreachable: {error}"
         lease = Lease(config, app)
@@ -642,6 +647,7 @@ def collect(
                 driver_exists=driver_exists,
                 exposition=exposition,
                 metrics_error=metrics_error,
+                metrics_source=metrics_source,
                 committed=committed,
                 restart_times=restarts.recent,
                 last_restart=restarts.describe_last(),

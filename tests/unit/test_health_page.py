@@ -110,6 +110,7 @@ def row_of(config: PipelineConfig, exposition: str | None, **given: Any) -> heal
         "driver_exists": True if lease else None,
         "exposition": exposition,
         "metrics_error": None if exposition is not None else "unreachable: connection refused",
+        "metrics_source": health.metrics_url(config, APP),
         "committed": health.last_committed(config, APP),
         "restart_times": ControlStore(config).restarts(APP).recent,
         "prometheus": None,
@@ -441,3 +442,13 @@ def test_the_page_reads_a_driver_s_metrics_where_it_registered_them(tmp_path):
     assert health.metrics_url(config, APP) == "http://127.0.0.1:9402/metrics"  # nothing registered
     ControlStore(config).mark_running(APP, metrics=MetricsEndpoint("node-7.cluster.example", 40123))
     assert health.metrics_url(config, APP) == "http://node-7.cluster.example:40123/metrics"
+
+
+def test_a_control_store_that_does_not_answer_leaves_the_configured_metrics_address(tmp_path):
+    """The page reads where a driver registered its metrics from the control store; when that store does
+    not answer, the page still renders, asking the configured address (it must never crash)."""
+    config = config_at(tmp_path)
+    control = Path(config.data_path("control"))
+    control.parent.mkdir(parents=True, exist_ok=True)
+    control.write_text("a file where the control folder should be: every read of a record fails")
+    assert health.metrics_url(config, APP) == "http://127.0.0.1:9402/metrics"
