@@ -76,9 +76,10 @@ from stream_pipelines.devtools.processes import (
     stop_process_group,
 )
 from stream_pipelines.devtools.yarn import LocalYarn
+from stream_pipelines.lease import Lease
 from stream_pipelines.procfs import process_age_s
 from stream_pipelines.registry import APP_NAMES, APPS
-from stream_pipelines.resource_manager import ResourceManager, ResourceManagerError
+from stream_pipelines.resource_manager import ResourceManager, ResourceManagerError, application_of_container
 
 DEFAULT_ROOT = PROJECT_ROOT / "data" / "chaos"
 ROOT_MARKER = ".chaos-root"
@@ -888,9 +889,6 @@ class Chaos:
     def _container_driver(self, app: str) -> tuple[str, int]:
         """The app's one application and its driver's Python process, in its container on this host (the
         lease names the process; its ``CONTAINER_ID`` must be of that application)."""
-        from stream_pipelines.lease import Lease
-        from stream_pipelines.resource_manager import application_of_container
-
         applications = self.sampler.sample()[app]
         if len(applications) != 1:
             raise RuntimeError(f"{app} has {len(applications)} applications ({applications}), not one")
