@@ -24,14 +24,42 @@ class KafkaAccessRefused(RuntimeError):
 def admin_client(config: PipelineConfig, **extra: Any) -> Any:
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({**config.kafka_client_config(), **extra})
+    return _made(config, AdminClient, {**config.kafka_client_config(), **extra})
+
+
+def _made(config: PipelineConfig, client_class: Any, properties: dict[str, Any]) -> Any:
+    """A client of ``client_class``; ``KafkaAccessRefused`` when librdkafka refuses to make one from
+    these settings (a key or certificate it cannot load): a configuration error, not a cluster that is
+    down, so it is never read as "did not answer"."""
+    from confluent_kafka import KafkaException
+
+    try:
+        return client_class(properties)
+    except KafkaException as error:
+        raise KafkaAccessRefused(_describe_unmade(config, str(error.args[0]))) from None
+
+
+def _describe_unmade(config: PipelineConfig, text: str) -> str:
+    security = config.kafka.security
+    for prefix, setting, location in (
+        ("ssl.key", "kafka.security.key_file (and key_password_env)", security.key_file),
+        ("ssl.certificate", "kafka.security.certificate_file", security.certificate_file),
+        ("ssl.ca", "kafka.security.ca_file", security.ca_file),
+    ):
+        if prefix in text:
+            return (
+                f"the Kafka client cannot use {setting}, {location}: it changed since the config was "
+                f"checked, or does not match the other TLS files. librdkafka said: {text}. See {DOC}"
+            )
+    return f"the Kafka client cannot be made from kafka.security: {text}. See {DOC}"
 
 
 def cluster_metadata(config: PipelineConfig, timeout_s: float) -> Any:
     """The cluster's metadata (topics, partitions, brokers), asked once the client is let in.
 
-    Raises ``KafkaAccessRefused`` as soon as the broker refuses the login or the TLS handshake, and
-    librdkafka's ``KafkaException`` when the cluster does not answer within ``timeout_s``.
+    Raises ``KafkaAccessRefused`` as soon as the broker refuses the login or the TLS handshake (or the
+    client cannot be made from the settings), and librdkafka's ``KafkaException`` when the cluster does
+    not answer within ``timeout_s``.
     """
     from confluent_kafka import KafkaException
 
@@ -124,8 +152,10 @@ def offset_reader(config: PipelineConfig, purpose: str) -> Any:
     librdkafka wants, named for what asks so that the broker's logs say who it was."""
     from confluent_kafka import Consumer
 
-    return Consumer(
-        {**config.kafka_client_config(), "group.id": f"pipeline-{purpose}", "enable.auto.commit": False}
+    return _made(
+        config,
+        Consumer,
+        {**config.kafka_client_config(), "group.id": f"pipeline-{purpose}", "enable.auto.commit": False},
     )
 
 

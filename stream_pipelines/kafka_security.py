@@ -10,8 +10,9 @@ Two client families talk to the cluster and spell the same settings differently:
 ``KafkaSecurity`` holds the settings once, typed, and derives each family's properties from them
 (``java_properties``, ``librdkafka_properties``). Secrets never enter the config file: the config names
 the environment variables that hold them, and they are read when the config loads. Certificates and
-keys are PEM files; the Java client is handed their contents (``ssl.*.certificates``/``ssl.keystore.key``,
-which it treats as passwords and never logs), so Spark's executors need no copy of the files.
+keys are PEM files, opened and checked when the config loads (``tls_files``); the Java client is handed
+their contents (``ssl.*.certificates``/``ssl.keystore.key``, which it treats as passwords and never logs),
+the key converted to a form it reads, so Spark's executors need no copy of the files.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, SecretStr, ValidationInfo, model_validator
+
+from stream_pipelines import tls_files
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
@@ -96,8 +99,8 @@ class KafkaSecurity(BaseModel):
     sasl_password_env: str | None = None
     # TLS (protocol SSL or SASL_SSL), PEM files on the hosts that start drivers and run Airflow tasks:
     # the CAs that sign the brokers' certificates (unset: the system's and the JVM's defaults), and for
-    # mutual TLS the client's certificate (chain) and its PKCS#8 private key, with the NAME of the
-    # variable holding the key's password if it is encrypted.
+    # mutual TLS the client's certificate (chain) and its private key in any form openssl writes
+    # (tls_files.py), with the NAME of the variable holding the key's password if it is encrypted.
     ca_file: str | None = None
     certificate_file: str | None = None
     key_file: str | None = None
@@ -165,13 +168,22 @@ class KafkaSecurity(BaseModel):
             raise ValueError("key_password_env is set, but there is no key_file")
         for name in ("ca_file", "certificate_file", "key_file"):
             _readable_pem(name, getattr(self, name))
-        if self.key_file is not None:
-            _pkcs8_key(self.key_file)
         if self.key_password_env is not None:
             self._key_password = SecretStr(
                 _from_environment(environ, "key_password_env", self.key_password_env)
             )
+        # Every file is opened now, so that one that cannot be is a configuration error at start-up,
+        # before any client or JVM: never a driver that fails its first connection and is restarted.
+        if self.ca_file is not None:
+            tls_files.check_ca_file(self.ca_file)
+        if self.certificate_file is not None and self.key_file is not None:
+            tls_files.check_client_identity(
+                self.certificate_file, self.key_file, self._key_password_value(), self.key_password_env
+            )
         return self
+
+    def _key_password_value(self) -> str | None:
+        return None if self._key_password is None else self._key_password.get_secret_value()
 
     # ------------------------------------------------------------------ each family's spelling
 
@@ -222,7 +234,8 @@ class KafkaSecurity(BaseModel):
                 properties |= {
                     "ssl.keystore.type": "PEM",
                     "ssl.keystore.certificate.chain": Path(self.certificate_file).read_text(),
-                    "ssl.keystore.key": Path(self.key_file).read_text(),
+                    # PKCS#8 in a scheme the Java client decrypts, whatever form the file has.
+                    "ssl.keystore.key": tls_files.java_client_key(self.key_file, self._key_password_value()),
                 }
             if self._key_password is not None:
                 properties["ssl.key.password"] = self._key_password.get_secret_value()
@@ -272,15 +285,6 @@ def _readable_pem(key: str, location: str | None) -> None:
         raise ValueError(f"{key}: cannot read {location}: {error}") from None
     if b"-----BEGIN " not in content:
         raise ValueError(f"{key}: {location} is not a PEM file (no -----BEGIN line); convert it to PEM")
-
-
-def _pkcs8_key(location: str) -> None:
-    text = Path(location).read_text()
-    if "BEGIN PRIVATE KEY" not in text and "BEGIN ENCRYPTED PRIVATE KEY" not in text:
-        raise ValueError(
-            f"key_file: {location} is not a PKCS#8 key, the only kind Kafka's Java client (Spark) reads; "
-            f"convert it with `openssl pkcs8 -topk8 -nocrypt -in {location} -out key.pk8.pem`"
-        )
 
 
 def _jaas_quoted(value: str) -> str:

@@ -25,6 +25,7 @@ from typing import Any
 
 from stream_pipelines.checkpoint import format as checkpoint_format
 from stream_pipelines.config import PipelineConfig
+from stream_pipelines.kafka_clients import offset_reader
 from stream_pipelines.lease import LeaseRecord
 from stream_pipelines.registry import app as declared_app
 from stream_pipelines.registry import query_of
@@ -184,19 +185,17 @@ class KafkaBacklog:
     """Offsets on the broker beyond a query's end offsets; one consumer, reused between looks."""
 
     def __init__(self, config: PipelineConfig, timeout_s: float = 5.0) -> None:
-        self._client_config = config.kafka_client_config()
+        self._config = config
         self._timeout_s = timeout_s
         self._consumer: Any = None
 
     def __call__(self, end_offsets: Mapping[str, Mapping[str, int]]) -> int | None:
-        from confluent_kafka import Consumer, KafkaException, TopicPartition
+        from confluent_kafka import KafkaException, TopicPartition
 
         if not end_offsets:
             return None
         if self._consumer is None:
-            self._consumer = Consumer(
-                {**self._client_config, "group.id": "pipeline-watchdog", "enable.auto.commit": False}
-            )
+            self._consumer = offset_reader(self._config, "watchdog")
         waiting = 0
         try:
             for topic, partitions in end_offsets.items():

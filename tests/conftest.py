@@ -15,7 +15,7 @@ import yaml
 
 from stream_pipelines.config import DEFAULT_CONF_DIR, PipelineConfig, load_config, override_variables
 from stream_pipelines.devtools.processes import free_port
-from stream_pipelines.devtools.tls import Identity, LoopbackPki, make_test_pki
+from stream_pipelines.devtools.tls import KEY_PASSWORD, Identity, LoopbackPki, make_test_pki
 
 
 @pytest.fixture(scope="session")
@@ -109,18 +109,30 @@ class SecuredKafka:
             *(f"kafka.security.{key}={value}" for key, value in settings.items()),
         ]
 
+    key_password_variable: str = "KAFKA_KEY_PASSWORD"
+
     def mutual_tls(self, identity: Identity | None = None, ca: Path | None = None) -> list[str]:
+        """The mutual TLS listener with a client identity (by default: a key encrypted as openssl 3
+        encrypts one by default, its password in ``environment()``)."""
         identity = identity or self.pki.client
+        password = [f"kafka.security.key_password_env={self.key_password_variable}"] * bool(
+            identity.key_password
+        )
         return [
             f"kafka.bootstrap_servers=127.0.0.1:{self.ssl_port}",
             "kafka.security.protocol=SSL",
             f"kafka.security.ca_file={ca or self.pki.ca}",
             f"kafka.security.certificate_file={identity.certificate}",
             f"kafka.security.key_file={identity.key}",
+            *password,
         ]
 
-    def environment(self, password: str | None = None) -> dict[str, str]:
-        return {"KAFKA_USERNAME": self.user, self.password_variable: password or self.password}
+    def environment(self, password: str | None = None, key_password: str | None = None) -> dict[str, str]:
+        return {
+            "KAFKA_USERNAME": self.user,
+            self.password_variable: password or self.password,
+            self.key_password_variable: key_password or KEY_PASSWORD,
+        }
 
 
 @pytest.fixture(scope="session")

@@ -5,12 +5,13 @@
 #   prometheus-alertmanager (0.25)    alert routing to the webhook receiver
 #   chromium                          the Airflow UI page test and the report's PDF (driven by Playwright;
 #                                     Playwright's own browser download cannot work offline)
+#   openssl                           the command line that makes the secured broker's test certificates
 # Works as root (CI) or through sudo. `apt-get update`, the slow part, runs only when apt does not
 # know a package yet or its lists are too old to download it.
 set -euo pipefail
 
-packages=(prometheus prometheus-alertmanager chromium)
-wanted=(promtool prometheus prometheus-alertmanager chromium)
+packages=(prometheus prometheus-alertmanager chromium openssl)
+wanted=(promtool prometheus prometheus-alertmanager chromium openssl)
 missing=0
 for tool in "${wanted[@]}"; do command -v "$tool" >/dev/null 2>&1 || missing=1; done
 [ "$missing" -eq 0 ] && exit 0

@@ -5,10 +5,18 @@ health data). The DAG files in dags/ and the plugin in plugins/ only wire these.
 
 from __future__ import annotations
 
-from stream_pipelines.config import PipelineConfig, load_config
+from stream_pipelines.config import ConfigError, PipelineConfig, load_config
 
 
 def task_config() -> PipelineConfig:
     """The pipeline's config as a task reads it when it runs: from the environment (PIPELINE_ENV,
-    PIPELINE__SECTION__KEY), as the apps read theirs."""
-    return load_config()
+    PIPELINE__SECTION__KEY), as the apps read theirs.
+
+    An invalid config fails the task with ``AirflowFailException``, which Airflow never retries (nor
+    asks a retry policy about): no retry can mend it, a person has to."""
+    try:
+        return load_config()
+    except ConfigError as error:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        raise AirflowFailException(f"the pipeline's configuration is invalid: {error}") from None

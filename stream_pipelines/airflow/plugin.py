@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from airflow.plugins_manager import AirflowPlugin
+from airflow.sdk.exceptions import AirflowFailException
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
@@ -75,6 +76,14 @@ def create_app() -> FastAPI:
         from airflow.api_fastapi.app import get_auth_manager
 
         return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)), status_code=303)
+
+    @app.exception_handler(AirflowFailException)
+    async def invalid_config(_request: Request, error: AirflowFailException) -> Response:
+        # task_config's refusal (an expired client certificate, a key that no longer opens): the page
+        # says what to fix instead of failing.
+        return HTMLResponse(
+            f"<h1>{PAGE_NAME}</h1><p role='alert'>{html.escape(str(error))}</p>", status_code=503
+        )
 
     @app.get("/", response_class=HTMLResponse)
     def page(_user: Annotated[Any, Depends(_page_user)], dag_id: str | None = None) -> str:

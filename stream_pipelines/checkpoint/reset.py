@@ -48,7 +48,7 @@ from stream_pipelines.checkpoint.inspect import (
 )
 from stream_pipelines.config import PipelineConfig
 from stream_pipelines.control import ControlStore
-from stream_pipelines.kafka_clients import check_access
+from stream_pipelines.kafka_clients import check_access, offset_reader
 from stream_pipelines.lease import live_owner
 
 ResetFrom = Literal["committed", "offsets", "time"]
@@ -542,18 +542,11 @@ def _resolve_kafka_offsets(
             f"reset from {from_} needs Kafka sources; source.kind is {config.source.kind} "
             "(reset from committed works for files sources)"
         )
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka import KafkaException, TopicPartition
 
     check_access(config)
     topics = sorted({topic for spec in specs for topic in spec.topics})
-    consumer = Consumer(
-        {
-            **config.kafka_client_config(),
-            # Never subscribes or commits: the group exists only as a client-side formality.
-            "group.id": f"pipeline-checkpoint-reset-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-        }
-    )
+    consumer = offset_reader(config, f"checkpoint-reset-{uuid.uuid4().hex[:8]}")
     try:
         bounds = _partition_bounds(consumer, topics, TopicPartition)
         if from_ == "offsets":

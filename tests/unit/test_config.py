@@ -86,9 +86,9 @@ def test_environment_variable_override_is_validated_and_named():
 
 
 def test_secrets_come_from_the_environment_and_a_missing_one_is_named(tmp_path):
-    ca = tmp_path / "ca.pem"
-    ca.write_text("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n")
-    on_this_host = f"kafka.security.ca_file={ca}"
+    from stream_pipelines.devtools.tls import make_test_pki
+
+    on_this_host = f"kafka.security.ca_file={make_test_pki(tmp_path / 'tls').ca}"
     message = error_for(on_this_host, env="cluster")
     assert "kafka.security.sasl_username: environment variable KAFKA_USERNAME is not set" in message
     message = error_for(on_this_host, env="cluster", environ={"KAFKA_USERNAME": "svc"})

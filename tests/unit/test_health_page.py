@@ -452,3 +452,25 @@ def test_a_control_store_that_does_not_answer_leaves_the_configured_metrics_addr
     control.parent.mkdir(parents=True, exist_ok=True)
     control.write_text("a file where the control folder should be: every read of a record fails")
     assert health.metrics_url(config, APP) == "http://127.0.0.1:9402/metrics"
+
+
+def test_a_config_that_no_longer_loads_is_said_by_the_page_not_a_server_error(monkeypatch, tmp_path):
+    """An expired client certificate or a key that no longer opens makes the config invalid: the page
+    (here its unauthenticated metrics endpoint) answers 503 with what to fix."""
+    import warnings
+
+    from stream_pipelines.airflow.plugin import create_app
+    from stream_pipelines.devtools.tls import make_test_pki
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from fastapi.testclient import TestClient
+
+    pki = make_test_pki(tmp_path / "tls")
+    monkeypatch.setenv("PIPELINE__KAFKA__SECURITY__PROTOCOL", "SSL")
+    monkeypatch.setenv("PIPELINE__KAFKA__SECURITY__CERTIFICATE_FILE", str(pki.expired_client.certificate))
+    monkeypatch.setenv("PIPELINE__KAFKA__SECURITY__KEY_FILE", str(pki.expired_client.key))
+    response = TestClient(create_app()).get("/metrics")
+    assert response.status_code == 503
+    assert "the pipeline&#x27;s configuration is invalid" in response.text
+    assert "expired on" in response.text and "kafka.security" in response.text

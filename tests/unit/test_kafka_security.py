@@ -3,10 +3,13 @@ setting one family could not take refused when the config loads, naming the key.
 
 from __future__ import annotations
 
+import os
+import subprocess
+
 import pytest
 
 from stream_pipelines.config import ConfigError, load_config
-from stream_pipelines.devtools.tls import make_test_pki
+from stream_pipelines.devtools.tls import KEY_FORMS, make_test_pki
 
 
 @pytest.fixture(scope="module")
@@ -25,14 +28,24 @@ def sasl_ssl(pki, *extra: str) -> list[str]:
     ]
 
 
-def mutual_tls(pki, *extra: str) -> list[str]:
+KEY_PASSWORD_VARIABLE = "TEST_KAFKA_KEY_PASSWORD"
+
+
+def mutual_tls(pki, *extra: str, identity=None) -> list[str]:
+    identity = identity or pki.clients["pkcs8-rsa"]
+    password = [f"kafka.security.key_password_env={KEY_PASSWORD_VARIABLE}"] if identity.key_password else []
     return [
         "kafka.security.protocol=SSL",
         f"kafka.security.ca_file={pki.ca}",
-        f"kafka.security.certificate_file={pki.client.certificate}",
-        f"kafka.security.key_file={pki.client.key}",
+        f"kafka.security.certificate_file={identity.certificate}",
+        f"kafka.security.key_file={identity.key}",
+        *password,
         *extra,
     ]
+
+
+def key_environment(identity) -> dict[str, str]:
+    return {KEY_PASSWORD_VARIABLE: identity.key_password} if identity.key_password else {}
 
 
 def refusal(overrides: list[str], environ: dict[str, str] | None = None) -> str:
@@ -72,14 +85,69 @@ def test_sasl_ssl_is_spelled_for_librdkafka_and_for_the_java_client(pki):
 
 
 def test_mutual_tls_hands_the_java_client_the_certificate_and_key_by_content(pki):
-    config = load_config("local", mutual_tls(pki), environ={})
+    plain = pki.clients["pkcs8-rsa"]
+    config = load_config("local", mutual_tls(pki, identity=plain), environ={})
     librdkafka = config.kafka_client_config()
-    assert librdkafka["ssl.certificate.location"] == str(pki.client.certificate)
-    assert librdkafka["ssl.key.location"] == str(pki.client.key)
+    assert librdkafka["ssl.certificate.location"] == str(plain.certificate)
+    assert librdkafka["ssl.key.location"] == str(plain.key)
+    assert "ssl.key.password" not in librdkafka
     java = config.kafka.java_client_properties()
     assert java["ssl.keystore.type"] == "PEM"
-    assert java["ssl.keystore.certificate.chain"] == pki.client.certificate.read_text()
-    assert java["ssl.keystore.key"] == pki.client.key.read_text()
+    assert java["ssl.keystore.certificate.chain"] == plain.certificate.read_text()
+    assert java["ssl.keystore.key"].startswith("-----BEGIN PRIVATE KEY-----")
+    assert "ssl.key.password" not in java
+
+
+@pytest.mark.parametrize("form", KEY_FORMS)
+def test_every_key_form_openssl_writes_reaches_the_java_client_as_pkcs8_it_decrypts(pki, tmp_path, form):
+    """librdkafka (OpenSSL) reads the file as it is; the Java client gets PKCS#8, and an encrypted key
+    stays encrypted, under PBES1 with the same password: openssl itself decrypts it to the file's key."""
+    identity = pki.clients[form]
+    environ = key_environment(identity)
+    config = load_config("local", mutual_tls(pki, identity=identity), environ=environ)
+    librdkafka = config.kafka_client_config()
+    assert librdkafka["ssl.key.location"] == str(identity.key)
+    assert librdkafka.get("ssl.key.password") == identity.key_password
+    java = config.kafka.java_client_properties()
+    assert java.get("ssl.key.password") == identity.key_password
+    handed = tmp_path / "java.key"
+    handed.write_text(java["ssl.keystore.key"])
+    if identity.key_password is None:
+        assert java["ssl.keystore.key"].startswith("-----BEGIN PRIVATE KEY-----")
+        decrypt = []
+    else:
+        assert java["ssl.keystore.key"].startswith("-----BEGIN ENCRYPTED PRIVATE KEY-----")
+        scheme = subprocess.run(
+            ["openssl", "asn1parse", "-in", str(handed)], capture_output=True, text=True, check=True
+        ).stdout
+        assert "pbeWithSHA1And3-KeyTripleDES-CBC" in scheme
+        decrypt = ["-passin", f"env:{KEY_PASSWORD_VARIABLE}"]
+    opened = subprocess.run(
+        ["openssl", "pkey", "-in", str(handed), *decrypt, "-pubout"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **environ},
+    )
+    assert opened.returncode == 0, opened.stderr
+    original = subprocess.run(
+        ["openssl", "pkey", "-in", str(identity.key), *decrypt, "-pubout"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **environ},
+        check=True,
+    )
+    assert opened.stdout == original.stdout
+    # Nothing decrypted is handed over: the plaintext PKCS#8 body appears nowhere in the properties.
+    if identity.key_password is not None:
+        plain = subprocess.run(
+            ["openssl", "pkcs8", "-topk8", "-nocrypt", "-in", str(identity.key), *decrypt],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **environ},
+            check=True,
+        ).stdout
+        body = "".join(plain.splitlines()[1:-1])
+        assert body[:40] not in "".join("".join(java.values()).split())
 
 
 def test_spark_source_and_sink_get_the_java_spelling_with_their_prefix(pki):
@@ -151,17 +219,75 @@ def test_a_missing_or_non_pem_file_is_named(pki, tmp_path):
     assert "is not a PEM file" in refusal(["kafka.security.protocol=SSL", f"kafka.security.ca_file={der}"])
 
 
-def test_a_key_the_java_client_cannot_read_is_refused_with_the_conversion(pki, tmp_path):
-    pkcs1 = tmp_path / "client-rsa.key"
-    pkcs1.write_text("-----BEGIN RSA PRIVATE KEY-----\nAAAA\n-----END RSA PRIVATE KEY-----\n")
+def test_an_encrypted_key_without_its_password_names_the_setting(pki):
+    identity = pki.clients["pkcs8-ec-pbes2"]
+    overrides = [line for line in mutual_tls(pki, identity=identity) if "key_password_env" not in line]
+    message = refusal(overrides)
+    assert f"key_file: {identity.key} is encrypted" in message and "key_password_env" in message
+
+
+def test_a_password_for_a_plain_key_is_refused_not_dropped(pki):
+    overrides = [*mutual_tls(pki), f"kafka.security.key_password_env={KEY_PASSWORD_VARIABLE}"]
+    message = refusal(overrides, {KEY_PASSWORD_VARIABLE: "x"})
+    assert "key_password_env is set, but key_file" in message and "is not encrypted" in message
+
+
+@pytest.mark.parametrize("form", [form for form, (encrypted, _) in KEY_FORMS.items() if encrypted])
+def test_a_wrong_key_password_is_refused_naming_the_variable(pki, form):
+    identity = pki.clients[form]
+    message = refusal(mutual_tls(pki, identity=identity), {KEY_PASSWORD_VARIABLE: "not-the-password"})
+    assert f"key_file: {identity.key} does not open with the password in ${KEY_PASSWORD_VARIABLE}" in message
+    assert "not-the-password" not in message
+
+
+def test_a_key_that_is_not_the_certificates_is_refused_naming_both(pki):
+    certificate = pki.clients["pkcs8-rsa"].certificate
+    key = pki.clients["sec1-ec"].key
     message = refusal(
         [
             "kafka.security.protocol=SSL",
-            f"kafka.security.certificate_file={pki.client.certificate}",
-            f"kafka.security.key_file={pkcs1}",
+            f"kafka.security.certificate_file={certificate}",
+            f"kafka.security.key_file={key}",
         ]
     )
-    assert "is not a PKCS#8 key" in message and "openssl pkcs8 -topk8" in message
+    assert f"key_file: {key} is not the key of certificate_file {certificate}" in message
+
+
+def test_an_expired_client_certificate_is_refused_with_its_date(pki):
+    message = refusal(mutual_tls(pki, identity=pki.expired_client))
+    assert f"certificate_file: {pki.expired_client.certificate}" in message and "expired on" in message
+
+
+def test_a_ca_file_that_holds_no_ca_is_refused(pki, tmp_path):
+    """The broker's own certificate, given where its CA belongs, anchors nothing for librdkafka."""
+    leaf = pki.broker.certificate.read_text().split("-----END CERTIFICATE-----")[0]
+    only_leaf = tmp_path / "broker-leaf.pem"
+    only_leaf.write_text(f"{leaf}-----END CERTIFICATE-----\n")
+    message = refusal(["kafka.security.protocol=SSL", f"kafka.security.ca_file={only_leaf}"])
+    assert f"ca_file: {only_leaf} holds no CA certificate, only CN=pipeline-broker" in message
+    # The chain (leaf, then the intermediate CA) does hold a CA.
+    load_config("local", ["kafka.security.protocol=SSL", f"kafka.security.ca_file={pki.broker.certificate}"])
+
+
+def test_a_key_that_fails_to_load_in_librdkafka_is_a_refusal_naming_the_setting(pki, tmp_path):
+    """A key replaced after the config loaded (a bad rotation under a running watchdog): librdkafka
+    refuses it when the client is made, which is a configuration error, not a cluster that is down."""
+    from stream_pipelines.kafka_clients import KafkaAccessRefused, check_access
+
+    key = tmp_path / "client.key"
+    key.write_bytes(pki.clients["pkcs8-rsa"].key.read_bytes())
+    overrides = [
+        "kafka.bootstrap_servers=127.0.0.1:1",
+        "kafka.security.protocol=SSL",
+        f"kafka.security.ca_file={pki.ca}",
+        f"kafka.security.certificate_file={pki.clients['pkcs8-rsa'].certificate}",
+        f"kafka.security.key_file={key}",
+    ]
+    config = load_config("local", overrides, environ={})
+    key.write_bytes(pki.clients["pkcs1-rsa"].key.read_bytes())
+    with pytest.raises(KafkaAccessRefused) as refused:
+        check_access(config, timeout_s=5)
+    assert "kafka.security.key_file" in str(refused.value) and str(key) in str(refused.value)
 
 
 def test_secrets_never_show_in_the_configs_text(pki):
@@ -169,3 +295,66 @@ def test_secrets_never_show_in_the_configs_text(pki):
     assert config.kafka.security.secrets() == ["hunter2-secret"]
     assert "hunter2-secret" not in repr(config)
     assert "hunter2-secret" not in config.model_dump_json()
+
+
+def unusable_tls_files(pki, tmp_path, case: str) -> tuple[list[str], dict[str, str], str]:
+    """(overrides, environment, what the refusal says) for each TLS file that cannot be opened."""
+    encrypted = pki.clients["pkcs8-ec-pbes2"]
+    if case == "wrong key password":
+        return (
+            mutual_tls(pki, identity=encrypted),
+            {KEY_PASSWORD_VARIABLE: "not-the-password"},
+            f"key_file: {encrypted.key} does not open with the password in ${KEY_PASSWORD_VARIABLE}",
+        )
+    if case == "key of another certificate":
+        plain = pki.clients["pkcs8-rsa"]
+        overrides = [
+            *mutual_tls(pki, identity=plain)[:3],
+            f"kafka.security.key_file={pki.clients['sec1-ec'].key}",
+        ]
+        return overrides, {}, f"is not the key of certificate_file {plain.certificate}"
+    if case == "expired certificate":
+        return mutual_tls(pki, identity=pki.expired_client), {}, "expired on"
+    leaf = tmp_path / "leaf.pem"
+    leaf.write_text(
+        pki.broker.certificate.read_text().split("-----END CERTIFICATE-----")[0]
+        + "-----END CERTIFICATE-----\n"
+    )
+    return (
+        ["kafka.security.protocol=SSL", f"kafka.security.ca_file={leaf}"],
+        {},
+        f"ca_file: {leaf} holds no CA",
+    )
+
+
+UNUSABLE = ("wrong key password", "key of another certificate", "expired certificate", "CA file without a CA")
+COMMANDS = {
+    "topics": ["topics"],
+    "produce": ["produce", "--duration=5"],
+    "run": ["run", "raw_archive"],
+    "checkpoint reset": ["checkpoint", "reset", "raw_archive", "--from=committed", "--confirm=raw_archive"],
+}
+
+
+@pytest.mark.parametrize("case", UNUSABLE)
+def test_a_tls_file_that_cannot_be_opened_stops_every_command_at_config_load(
+    pki, tmp_path, monkeypatch, capsys, case
+):
+    """Exit 2 naming the setting, before any client, broker contact or JVM: the CLI's commands and a
+    driver started by hand alike (the supervisor's case is in tests/test_secured_kafka.py)."""
+    from stream_pipelines.cli import main
+    from stream_pipelines.lifecycle import run_app
+
+    overrides, environment, said = unusable_tls_files(pki, tmp_path, case)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    data_root = tmp_path / "data"
+    overrides = [*overrides, f"paths.data_root={data_root}", "kafka.bootstrap_servers=127.0.0.1:1"]
+    argv = [argument for item in overrides for argument in ("--set", item)]
+    for command, words in COMMANDS.items():
+        assert main([*words, *argv]) == 2, command
+        err = capsys.readouterr().err
+        assert said in err and "kafka.security" in err, f"{command}: {err}"
+    assert run_app("raw_archive", argv) == 2
+    assert said in capsys.readouterr().err
+    assert not data_root.exists(), "a command went past its config: it wrote under the data root"
