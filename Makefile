@@ -10,7 +10,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 .PHONY: help setup lock demo chaos test test-deps up down status standalone-start standalone-stop standalone-status hdfs-start hdfs-stop hdfs-status yarn-start yarn-stop yarn-status test-fast lint format broker-start broker-stop broker-status bench-ingest bench-streaming bench-metrics bench-reconcile bench-startup bench-batch-cost bench-stack bench-recovery bench-overhead bench-soak clean
 
 help:  ## list the targets
-	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
+	@grep -E '^[A-Za-z0-9_.-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
 
 setup:  ## build .venv from the lock file and resolve the pinned JVM artifacts (idempotent)
 	@infra/scripts/setup.sh
@@ -36,16 +36,16 @@ test-fast: setup  ## the unit tier only: no JVM, no broker, no Airflow (about a 
 lint: setup  ## ruff over everything
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
-format: setup
+format: setup  ## ruff format, then ruff check --fix, over everything
 	$(BIN)/ruff format . && $(BIN)/ruff check --fix .
 
 yarn-start: setup  ## a single-node YARN (ResourceManager + NodeManager) over its own HDFS on 127.0.0.1 (prints HADOOP_CONF_DIR)
 	$(BIN)/python -m stream_pipelines.devtools.yarn start
 
-yarn-stop:
+yarn-stop:  ## stop the local YARN and its HDFS
 	$(BIN)/python -m stream_pipelines.devtools.yarn stop
 
-yarn-status:
+yarn-status:  ## whether the local YARN runs, and its addresses
 	$(BIN)/python -m stream_pipelines.devtools.yarn status
 
 broker-start: setup  ## start the local KRaft broker and create the topics
@@ -54,7 +54,7 @@ broker-start: setup  ## start the local KRaft broker and create the topics
 broker-stop:  ## stop the local broker
 	$(BIN)/pipelinectl broker stop
 
-broker-status:
+broker-status:  ## whether the local broker runs, and its address
 	$(BIN)/pipelinectl broker status
 
 up: setup  ## local stack: broker, Airflow (UI on :8080), streaming DAGs unpaused, generator, Prometheus
@@ -70,19 +70,19 @@ status:  ## what runs, and each app's state (running, stopped, paused, crash-loo
 standalone-start: setup  ## a Spark standalone master + worker on localhost (then --set spark.master=spark://127.0.0.1:7077)
 	$(BIN)/python -m stream_pipelines.devtools.standalone start
 
-standalone-stop:
+standalone-stop:  ## stop the Spark standalone master and worker
 	$(BIN)/python -m stream_pipelines.devtools.standalone stop
 
-standalone-status:
+standalone-status:  ## whether the Spark standalone master and worker run
 	$(BIN)/python -m stream_pipelines.devtools.standalone status
 
 hdfs-start: setup  ## a single-node HDFS on 127.0.0.1 (prints fs.defaultFS; then --set paths.data_root=hdfs://127.0.0.1:<port>/pipeline)
 	$(BIN)/python -m stream_pipelines.devtools.hdfs start
 
-hdfs-stop:
+hdfs-stop:  ## stop the local HDFS
 	$(BIN)/python -m stream_pipelines.devtools.hdfs stop
 
-hdfs-status:
+hdfs-status:  ## whether the local HDFS runs, and its fs.defaultFS
 	$(BIN)/python -m stream_pipelines.devtools.hdfs status
 
 bench-ingest: setup  ## ingest benchmark: Kafka->noop, ->parse, ->archive vs kafka-consumer-perf-test
