@@ -48,7 +48,7 @@ class BatchRecord:
 
 
 def query_log_dir(config: PipelineConfig, app: str, query: str) -> Path:
-    return store.location(config, config.data_path("batch_log")) / app / query
+    return store.location(config.spark.extra_conf, config.data_path("batch_log")) / app / query
 
 
 # --------------------------------------------------------------------------- recording
@@ -85,7 +85,7 @@ class BatchLogRecorder:
         """Copy whatever is new or changed; returns how many files were written."""
         return sum(
             copy_checkpoint_logs(
-                store.location(self.config, self.config.checkpoint_dir(self.app, query)),
+                store.location(self.config.spark.extra_conf, self.config.checkpoint_dir(self.app, query)),
                 query_log_dir(self.config, self.app, query),
             )
             for query in self._queries

@@ -79,7 +79,7 @@ def unit_url(config: PipelineConfig, dataset: Dataset, unit: str) -> str:
 
 
 def _unit_folder(config: PipelineConfig, dataset: Dataset, unit: str) -> Path:
-    return store.location(config, unit_url(config, dataset, unit))
+    return store.location(config.spark.extra_conf, unit_url(config, dataset, unit))
 
 
 def manifest_name(version: int) -> str:
@@ -107,7 +107,7 @@ def latest(config: PipelineConfig, dataset: Dataset, unit: str) -> Manifest | No
 
 def units(config: PipelineConfig, dataset: Dataset) -> list[str]:
     """Every unit with a folder under ``_compacted`` (published or not), oldest first."""
-    folder = store.location(config, folder_url(config, dataset))
+    folder = store.location(config.spark.extra_conf, folder_url(config, dataset))
     return sorted({name.split("/", 1)[0] for name in store.tree_entries(folder) if "/" in name})
 
 

@@ -156,7 +156,7 @@ def compact_dataset(
 ) -> DatasetCompaction:
     result = DatasetCompaction(dataset.name)
     # load: the log after the listing, as the sweep does (a batch committing meanwhile stays listed)
-    on_disk = maintenance.data_files(store.location(config, dataset.location(config)))
+    on_disk = maintenance.data_files(store.location(config.spark.extra_conf, dataset.location(config)))
     listed = sink_log_names(config, dataset)
     result.listed_files = len(listed)
     # Files that left the log before a compacted version held them: reported (the run fails), and the
@@ -281,7 +281,9 @@ def compact_unit(
 
     written = {
         name: size
-        for name, (size, _) in maintenance.data_files(store.location(config, attempt_url)).items()
+        for name, (size, _) in maintenance.data_files(
+            store.location(config.spark.extra_conf, attempt_url)
+        ).items()
         if name.endswith(".parquet")
     }
     back = read_files(spark, dataset, [f"{attempt_url}/{name}" for name in sorted(written)])

@@ -603,6 +603,15 @@ class PipelineConfig(_Section):
     def output_dir(self, name: str) -> str:
         return f"{self.data_path('outputs')}/{name}"
 
+    def stored_urls(self) -> list[str]:
+        """Every location the config reads or writes: the file layer's ``paths`` entries, the files
+        source's folder and the sensor metadata."""
+        return [
+            *(self.data_path(name) for name in STORED_PATHS),
+            self.project_path(self.source.files_dir),
+            self.project_path(self.sensors.metadata_path),
+        ]
+
     @property
     def on_yarn(self) -> bool:
         return self.spark.master == "yarn"

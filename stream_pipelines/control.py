@@ -105,7 +105,7 @@ class ControlStore:
     """Every control record of every app, in the ``paths.control`` folder."""
 
     def __init__(self, config: PipelineConfig) -> None:
-        self.root = store.location(config, config.data_path("control"))
+        self.root = store.location(config.spark.extra_conf, config.data_path("control"))
 
     def _path(self, app: str, record: str) -> Path:
         return self.root / f"{app}.{record}"

@@ -86,7 +86,9 @@ class Lease:
 
     def __init__(self, config: PipelineConfig, app: str) -> None:
         self.app = app
-        self.path = store.location(config, config.data_path("checkpoints")) / app / LEASE_FILE
+        self.path = (
+            store.location(config.spark.extra_conf, config.data_path("checkpoints")) / app / LEASE_FILE
+        )
         self.timeout_s = config.supervision.lease_timeout.seconds
         self.owner = uuid.uuid4().hex
         self.host = this_host()

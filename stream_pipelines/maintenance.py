@@ -116,7 +116,7 @@ def sweep_folder(
     config: PipelineConfig, dataset: registry.Dataset, grace_s: float, now: float, dry_run: bool
 ) -> SinkSweep:
     url = dataset.location(config)
-    folder = store.location(config, url)
+    folder = store.location(config.spark.extra_conf, url)
     result = SinkSweep(dataset.name, url)
     listed = data_files(folder)
     if not listed:
@@ -262,7 +262,7 @@ def taken_out_before(
     what it removed (the marker), and files still on disk that the sink's log no longer lists while no
     compacted version holds their days, or that are past the dataset's retention (forgotten, not yet
     swept). None: nothing."""
-    folder = store.location(config, dataset.location(config))
+    folder = store.location(config.spark.extra_conf, dataset.location(config))
     marker = retention.removed_before(folder)
     moment = time.time() if now is None else now
     on_disk = data_files(folder)
@@ -347,7 +347,7 @@ def record_sweep(
         "sinks": [sweep.as_json() for sweep in sweeps],
         "removals": [removal.as_json() for removal in removals or []],
     }
-    store.write_atomically(store.location(config, url), json.dumps(document, indent=2))
+    store.write_atomically(store.location(config.spark.extra_conf, url), json.dumps(document, indent=2))
     return url
 
 

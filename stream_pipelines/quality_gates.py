@@ -206,7 +206,7 @@ def publish_data_docs(config: PipelineConfig, project_root: Path, site: Path) ->
     if store.is_local(home):
         return None
     target = f"{home.rstrip('/')}/{site.relative_to(project_root).as_posix()}"
-    store.copy_tree(site, store.location(config, target))
+    store.copy_tree(site, store.location(config.spark.extra_conf, target))
     return f"{target}/index.html"
 
 

@@ -169,7 +169,7 @@ def _subfolders(folder: Path) -> list[Path]:
 def remove_reset_copies(config: PipelineConfig, now: float, dry_run: bool) -> Removal:
     """The checkpoints a reset moved aside, once older than retention.reset_copies (by their name's time)."""
     kept_for = config.retention.reset_copies
-    root = store.location(config, config.data_path("checkpoints"))
+    root = store.location(config.spark.extra_conf, config.data_path("checkpoints"))
     removal = Removal("reset copies", str(root), str(kept_for))
     for app in registry.APP_NAMES:
         for folder in _subfolders(root / app):
@@ -189,7 +189,7 @@ def remove_reset_copies(config: PipelineConfig, now: float, dry_run: bool) -> Re
 def remove_old_records(config: PipelineConfig, now: float, dry_run: bool) -> Removal:
     """The maintenance records themselves, once older than retention.maintenance_records."""
     kept_for = config.retention.maintenance_records
-    folder = store.location(config, f"{config.data_path('reports')}/{RECORD_FOLDER}")
+    folder = store.location(config.spark.extra_conf, f"{config.data_path('reports')}/{RECORD_FOLDER}")
     removal = Removal("maintenance records", str(folder), str(kept_for))
     for name, (_, modified) in sorted(store.entries(folder).items()):
         if kept_for is None or now - modified <= kept_for.seconds:
@@ -217,7 +217,7 @@ def sweep_compacted(
     )
     expired_until: datetime | None = None
     for unit in compacted_days.units(config, dataset):
-        folder = store.location(config, compacted_days.unit_url(config, dataset, unit))
+        folder = store.location(config.spark.extra_conf, compacted_days.unit_url(config, dataset, unit))
         if dataset.unit_expired(unit, config, now):
             removal.removed.append({"unit": unit, "what": "the whole day, past retention"})
             day_end = dataset.unit_end(unit)
@@ -256,10 +256,18 @@ def sweep_compacted(
     if dry_run or expired_until is None:
         return removal
     # The marker first, as everywhere: a run killed midway over-claims, never under-claims.
-    move_marker(store.location(config, dataset.location(config)), expired_until, {"retention": str(kept_for)})
+    move_marker(
+        store.location(config.spark.extra_conf, dataset.location(config)),
+        expired_until,
+        {"retention": str(kept_for)},
+    )
     for item in removal.removed:
         if item["what"].startswith("the whole day"):
-            store.remove_tree(store.location(config, compacted_days.unit_url(config, dataset, item["unit"])))
+            store.remove_tree(
+                store.location(
+                    config.spark.extra_conf, compacted_days.unit_url(config, dataset, item["unit"])
+                )
+            )
     return removal
 
 

@@ -70,7 +70,7 @@ def spark_conf(config: PipelineConfig, app: str | None = None, job: str | None =
         conf["spark.pyspark.driver.python"] = sys.executable
     if "spark.jars.packages" not in settings.extra_conf:
         # The S3A connector only where the config stores something on S3: 38 more jars to load otherwise.
-        s3a = jvm.spark_s3a_jars() if store.uses_object_store(config) else []
+        s3a = jvm.spark_s3a_jars() if store.uses_object_store(config.stored_urls()) else []
         conf["spark.jars"] = ",".join([*jvm.spark_kafka_jars(), *s3a])
     if config.on_yarn:
         conf.update(yarn_conf(config, app or job or "session", streaming=app is not None))
@@ -258,7 +258,7 @@ def read_dataset_day(
     the unit's newest compacted version where there is one, and from the sink's log the files no such
     version holds, so a unit is read from one place, whole, and never twice."""
     location = dataset.location(config)
-    folder = store.location(config, location)
+    folder = store.location(config.spark.extra_conf, location)
     if not store.entries(folder / checkpoint_format.SINK_LOG):
         # No sink's log: a folder a batch job wrote (a backfill, a copy), read whole; nothing in it is
         # compacted (the compaction takes only what a sink's log lists).
@@ -296,7 +296,7 @@ def read_dataset_day(
 
 def sink_log_names(config: PipelineConfig, dataset: registry.Dataset) -> list[str]:
     """The files a file sink's log lists, relative to its folder; none without a log."""
-    folder = store.location(config, dataset.location(config))
+    folder = store.location(config.spark.extra_conf, dataset.location(config))
     return sorted(
         checkpoint_format.committed_names(checkpoint_format.sink_files(folder), dataset.location(config))
     )

@@ -58,14 +58,11 @@ import socket
 import time
 import urllib.parse
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from stream_pipelines.procfs import process_exists
-
-if TYPE_CHECKING:
-    from stream_pipelines.config import PipelineConfig
 
 # Hadoop's S3A keys (as set in spark.extra_conf) that say how to reach the store.
 S3A_PREFIX = "spark.hadoop.fs.s3a."
@@ -102,7 +99,7 @@ def is_local(url: str) -> bool:
     return scheme(url) == "file"
 
 
-def s3_options(extra_conf: dict[str, str]) -> dict[str, Any]:
+def s3_options(extra_conf: Mapping[str, str]) -> dict[str, Any]:
     """s3fs options from Spark's ``spark.hadoop.fs.s3a.*`` settings, so both talk to the same endpoint."""
     s3a = {
         key.removeprefix(S3A_PREFIX): value for key, value in extra_conf.items() if key.startswith(S3A_PREFIX)
@@ -134,18 +131,16 @@ def s3_options(extra_conf: dict[str, str]) -> dict[str, Any]:
     return options
 
 
-def uses_object_store(config: PipelineConfig) -> bool:
-    """Whether anything the config reads or writes is on S3 (then Spark needs its S3A connector)."""
-    locations = [config.data_path(name) for name in STORED_PATHS]
-    locations += [
-        config.project_path(config.source.files_dir),
-        config.project_path(config.sensors.metadata_path),
-    ]
-    return any(scheme(url) in OBJECT_STORE_SCHEMES for url in locations)
+def uses_object_store(urls: Iterable[str]) -> bool:
+    """Whether any of these locations is on S3 (then Spark needs its S3A connector)."""
+    return any(scheme(url) in OBJECT_STORE_SCHEMES for url in urls)
 
 
-def location(config: PipelineConfig | None, url: str | Path) -> Path:
-    """A pathlib-style object for ``url``: a :class:`Path` when local, a UPath on an object store."""
+def location(extra_conf: Mapping[str, str] | None, url: str | Path) -> Path:
+    """A pathlib-style object for ``url``: a :class:`Path` when local, a UPath on an object store.
+
+    ``extra_conf`` is Spark's settings (``spark.extra_conf``), where the S3A endpoint and HDFS's
+    ``fs.defaultFS`` are read from; None for none."""
     text = str(url)
     kind = scheme(text)
     if kind == "file":
@@ -153,9 +148,9 @@ def location(config: PipelineConfig | None, url: str | Path) -> Path:
     if kind in OBJECT_STORE_SCHEMES:
         from upath import UPath  # deferred: local-only runs never import fsspec's s3 stack
 
-        return UPath(text, **s3_options(config.spark.extra_conf if config is not None else {}))
+        return UPath(text, **s3_options(extra_conf or {}))
     if kind == "hdfs":
-        return _hdfs_location(config, text)
+        return _hdfs_location(extra_conf or {}, text)
     raise StoreError(
         f"{text}: the project's file layer serves local paths, file://, s3a:// and hdfs:// locations, not "
         f"{kind}://. Spark itself can use it, but the checkpoint preflight, the lease, the control "
@@ -164,13 +159,13 @@ def location(config: PipelineConfig | None, url: str | Path) -> Path:
     )
 
 
-def _hdfs_location(config: PipelineConfig | None, text: str) -> Path:
+def _hdfs_location(extra_conf: Mapping[str, str], text: str) -> Path:
     from upath import UPath  # deferred: only hdfs:// locations load the HDFS client
 
     _register_hdfs_path()
     parsed = urllib.parse.urlsplit(text)
     if not parsed.hostname:
-        default = (config.spark.extra_conf if config is not None else {}).get(DEFAULT_FS, "")
+        default = extra_conf.get(DEFAULT_FS, "")
         if scheme(default) != "hdfs" or not urllib.parse.urlsplit(default).hostname:
             raise StoreError(
                 f"{text} names no NameNode: write hdfs://<namenode>:<port>/path, or set {DEFAULT_FS} "

@@ -161,7 +161,7 @@ def query_backlog(
 def checkpoint_end_offsets(config: PipelineConfig, app: str, query: str) -> dict[str, dict[str, int]]:
     """Where the query's last committed batch ended in each Kafka partition, or, before its first
     commit, where it starts; empty when the checkpoint cannot be read."""
-    folder = location(config, config.checkpoint_dir(app, query_of(query)))
+    folder = location(config.spark.extra_conf, config.checkpoint_dir(app, query_of(query)))
     if not folder.is_dir():
         return {}
     try:

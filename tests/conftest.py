@@ -320,9 +320,9 @@ def committed_rows(config: PipelineConfig, output: str, columns: list[str]) -> l
     from stream_pipelines.checkpoint.format import sink_files
 
     rows = []
-    for url in sink_files(store.location(config, output)):
+    for url in sink_files(store.location(config.spark.extra_conf, output)):
         partitions = dict(part.split("=", 1) for part in url.split("/") if "=" in part)
-        with store.location(config, url).open("rb") as handle:
+        with store.location(config.spark.extra_conf, url).open("rb") as handle:
             rows += [{**partitions, **row} for row in pq.read_table(handle, columns=columns).to_pylist()]
     return rows
 

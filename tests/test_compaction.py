@@ -151,7 +151,9 @@ def test_a_reader_during_a_compaction_sees_each_day_whole_never_doubled(
 
     def publish_after_a_read(config_, dataset, manifest):
         attempt = compacted_days.unit_url(config_, dataset, manifest.unit) + f"/{manifest.folder}"
-        assert store.entries(store.location(config_, attempt)), "the compacted files are written"
+        assert store.entries(store.location(config_.spark.extra_conf, attempt)), (
+            "the compacted files are written"
+        )
         seen_at_publish.append(compaction.row_digest(read_dataset_day(spark, config_, dataset, DAY)))
         return publish(config_, dataset, manifest)
 
@@ -255,7 +257,7 @@ def test_a_file_that_left_the_log_uncompacted_is_reported_and_the_rest_is_compac
     tmp_path,
 ):
     config = private_copy(scenario, tmp_path)
-    folder = store.location(config, registry.ARCHIVE.location(config))
+    folder = store.location(config.spark.extra_conf, registry.ARCHIVE.location(config))
     [listed] = [name for name in sink_log_names(config, registry.ARCHIVE)][:1]
     # A file of another day that the log forgot ten days ago, before anything compacted it.
     lost = "topic=sensors/arrival_date=2025-12-20/part-00000-lost.c000.snappy.parquet"

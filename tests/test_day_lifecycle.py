@@ -315,13 +315,16 @@ def test_a_day_goes_from_open_to_signed_off_by_itself(broker, make_overrides, tm
         assert days.state_of(signed) == days.SIGNED_OFF
         assert [s["decision"] for s in signed["sign_offs"]] == ["rejected", "approved"]
         report = store.read_json(
-            store.location(config, f"{config.data_path('reports')}/reconciliation/{day}/report.json")
+            store.location(
+                config.spark.extra_conf, f"{config.data_path('reports')}/reconciliation/{day}/report.json"
+            )
         )
         assert report["sign_off"]["comment"] == "checked the ledger"
         assert days.report_digest(report) == signed["runs"]["final"]["report_digest"]
         beside = store.read_json(
             store.location(
-                config, f"{config.data_path('compliance')}/sensor_windows/event_date={day}/_sign_off.json"
+                config.spark.extra_conf,
+                f"{config.data_path('compliance')}/sensor_windows/event_date={day}/_sign_off.json",
             )
         )
         assert beside["decision"] == "approved" and beside["by"] == "reviewer"

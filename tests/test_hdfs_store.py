@@ -109,10 +109,10 @@ def leftovers(folder) -> list[str]:
 
 
 def test_every_stored_path_on_hdfs_is_served_and_keeps_its_namenode(config, hdfs_root):
-    checkpoints = store.location(config, config.data_path("checkpoints"))
+    checkpoints = store.location(config.spark.extra_conf, config.data_path("checkpoints"))
     assert store.on_hdfs(checkpoints) and not store.on_object_store(checkpoints)
     assert str(checkpoints / "raw_archive") == f"{hdfs_root}/pipeline/checkpoints/raw_archive"
-    assert not store.uses_object_store(config), "HDFS needs no S3A connector"
+    assert not store.uses_object_store(config.stored_urls()), "HDFS needs no S3A connector"
 
 
 def test_a_path_without_a_namenode_takes_spark_default_fs_or_is_refused(hdfs):
@@ -121,7 +121,10 @@ def test_a_path_without_a_namenode_takes_spark_default_fs_or_is_refused(hdfs):
     config = load_config(
         "local", [f"spark.extra_conf.spark.hadoop.fs.defaultFS={hdfs.default_fs}"], environ={}
     )
-    assert str(store.location(config, "hdfs:///somewhere/x")) == f"{hdfs.default_fs}/somewhere/x"
+    assert (
+        str(store.location(config.spark.extra_conf, "hdfs:///somewhere/x"))
+        == f"{hdfs.default_fs}/somewhere/x"
+    )
 
 
 def test_a_store_the_file_layer_does_not_serve_is_still_refused():

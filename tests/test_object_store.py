@@ -58,7 +58,9 @@ def test_the_raw_archive_on_a_remote_store_survives_a_kill_minus_nine_exactly_on
         "archive.trigger=1 seconds",
     )
     config = make_overrides_config(overrides)
-    assert on_the_store(store.location(config, config.checkpoint_dir("raw_archive", "archive")))
+    assert on_the_store(
+        store.location(config.spark.extra_conf, config.checkpoint_dir("raw_archive", "archive"))
+    )
     ensure_topics(config)
     spec = generator.ScenarioSpec(
         seed=13,
@@ -70,7 +72,7 @@ def test_the_raw_archive_on_a_remote_store_survives_a_kill_minus_nine_exactly_on
     records = generator.generate(spec)
     generator.produce_to_kafka(records, config.kafka_client_config())
 
-    checkpoint = store.location(config, config.checkpoint_dir("raw_archive", "archive"))
+    checkpoint = store.location(config.spark.extra_conf, config.checkpoint_dir("raw_archive", "archive"))
 
     def in_flight() -> int | None:
         """A batch planned but not committed, after the first commit. Offsets are listed before commits:
@@ -113,7 +115,7 @@ def test_the_raw_archive_on_a_remote_store_survives_a_kill_minus_nine_exactly_on
 
     # What the interrupted batch left (if S3A had closed a file) goes with the output sweep; then a
     # plain Parquet reader of the whole folder sees exactly the committed rows.
-    archive = store.location(config, config.data_path("archive"))
+    archive = store.location(config.spark.extra_conf, config.data_path("archive"))
     sweep = maintenance.sweep_outputs(config, 0, now=time.time() + 60, datasets=[registry.ARCHIVE])[0]
     assert sweep.refused is None and sweep.committed_files == len(checkpoint_format.sink_files(archive))
     plainly = ds.dataset(archive.path, filesystem=archive.fs, format="parquet", partitioning="hive")

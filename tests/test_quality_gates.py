@@ -111,7 +111,7 @@ def test_data_docs_are_published_to_the_object_store_and_linked_from_the_result(
     assert result.success
     assert result.data_docs.startswith(f"{config.data_path('gx')}/")
     assert result.data_docs.endswith("/index.html")
-    site = store.location(config, result.data_docs.removesuffix("/index.html"))
+    site = store.location(config.spark.extra_conf, result.data_docs.removesuffix("/index.html"))
     published = store.files_under(site)
     assert "index.html" in published
     assert any(name.startswith("validations/") for name in published), published

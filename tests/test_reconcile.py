@@ -517,7 +517,9 @@ def test_a_stream_window_with_events_not_yet_archived_is_pending_and_archived_on
 
 def compliance_rows_on_store(config: PipelineConfig, day: date = DAY) -> dict:
     """Day D's compliance rows read with pyarrow through the file layer (another reader than Spark)."""
-    partition = store.location(config, f"{compliance_dir(config)}/event_date={day.isoformat()}")
+    partition = store.location(
+        config.spark.extra_conf, f"{compliance_dir(config)}/event_date={day.isoformat()}"
+    )
     rows = {}
     for name in store.files_under(partition):
         if not name.endswith(".parquet"):

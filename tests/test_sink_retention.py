@@ -62,7 +62,7 @@ def run_sink(spark, config, batches: int) -> None:
 def test_the_sink_log_forgets_old_files_and_the_sweep_removes_them_while_readers_agree(spark, config):
     # Enough batches for two compactions, with more than the retention between them.
     run_sink(spark, config, batches=3 * COMPACT_INTERVAL)
-    folder = store.location(config, TEST_SINK.location(config))
+    folder = store.location(config.spark.extra_conf, TEST_SINK.location(config))
     on_disk = maintenance.data_files(folder)
     listed = checkpoint_format.committed_names(
         checkpoint_format.sink_files(folder), TEST_SINK.location(config)

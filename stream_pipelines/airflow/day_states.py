@@ -230,7 +230,7 @@ def record_sign_off(shown: dict[str, Any], response: dict[str, Any] | None) -> d
     # readers skip names starting with "_"; a rerun's overwrite of the partition removes it), then in the
     # report, unless a rerun has replaced it meanwhile (its record_run clears this sign-off).
     compliance = store.location(
-        config, f"{registry.COMPLIANCE_WINDOWS.location(config)}/event_date={shown['day']}"
+        config.spark.extra_conf, f"{registry.COMPLIANCE_WINDOWS.location(config)}/event_date={shown['day']}"
     )
     if compliance.is_dir():
         store.write_json(compliance / "_sign_off.json", decision)

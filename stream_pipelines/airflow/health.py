@@ -473,7 +473,7 @@ def last_committed(config: PipelineConfig, app: str) -> dict[str, CommittedBatch
     """Per query (``app.name``): the newest batch in its checkpoint's commit log and when it was written."""
     found: dict[str, CommittedBatch | None] = {}
     for name in declared_app(app).query_names:
-        commits = store.location(config, config.checkpoint_dir(app, name)) / "commits"
+        commits = store.location(config.spark.extra_conf, config.checkpoint_dir(app, name)) / "commits"
         entries = {
             int(entry): modified
             for entry, (_size, modified) in store.entries(commits).items()

@@ -277,7 +277,7 @@ def _plan_reset(
     from_: str,
     kafka_start: list[dict[str, Any]] | None,
 ) -> _ResetPlan:
-    checkpoint = store.location(config, found.path)
+    checkpoint = store.location(config.spark.extra_conf, found.path)
     notes: list[str] = []
     copy_source_logs: list[int] = []
     batch_watermark_ms = watermark_ms = 0

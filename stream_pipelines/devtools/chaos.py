@@ -596,7 +596,7 @@ def commit_times(config: PipelineConfig, app: str) -> dict[str, list[float]]:
     """Per query of the app, when each of its commits was written (epoch seconds, ascending)."""
     found = {}
     for query in APPS[app].query_names:
-        commits = store.location(config, config.checkpoint_dir(app, query)) / "commits"
+        commits = store.location(config.spark.extra_conf, config.checkpoint_dir(app, query)) / "commits"
         listed = store.entries(commits)
         found[query] = sorted(modified for name, (_, modified) in listed.items() if name.isdigit())
     return found

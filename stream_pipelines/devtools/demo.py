@@ -319,7 +319,7 @@ def query_samples(config: PipelineConfig, app: str, query: str) -> dict[str, flo
 
 
 def _committed(config: PipelineConfig, app: str, query: str) -> list[int]:
-    return batch_ids(store.location(config, config.checkpoint_dir(app, query)) / "commits")
+    return batch_ids(store.location(config.spark.extra_conf, config.checkpoint_dir(app, query)) / "commits")
 
 
 def supervised(supervisors: dict[str, subprocess.Popen], condition: Callable[[], bool]) -> Callable[[], bool]:
@@ -396,7 +396,7 @@ def caught_up(config: PipelineConfig, apps: Sequence[str] = APP_NAMES) -> bool:
             commits = _committed(config, app.name, query)
             if not commits:
                 return False
-            checkpoint = store.location(config, config.checkpoint_dir(app.name, query))
+            checkpoint = store.location(config.spark.extra_conf, config.checkpoint_dir(app.name, query))
             entry = read_offsets(checkpoint / "offsets" / str(commits[-1]))
             done = {
                 (topic, str(partition)): offset

@@ -383,7 +383,7 @@ def seed_sensor_metadata(config: PipelineConfig) -> str | None:
     target_url = config.project_path(config.sensors.metadata_path)
     if store.scheme(target_url) != "hdfs":
         return None
-    target = store.location(config, target_url)
+    target = store.location(config.spark.extra_conf, target_url)
     if target.exists():
         return None
     store.write_atomically(target, SENSOR_METADATA.read_bytes())

@@ -238,7 +238,7 @@ def committed_progress(config: PipelineConfig) -> dict[str, CommittedProgress | 
 
 
 def days_dir(config: PipelineConfig) -> Path:
-    return store.location(config, f"{config.data_path('reports')}/reconciliation/days")
+    return store.location(config.spark.extra_conf, f"{config.data_path('reports')}/reconciliation/days")
 
 
 def day_path(config: PipelineConfig, day: date) -> Path:

@@ -36,6 +36,8 @@ from stream_pipelines.runtime import get_spark, read_dataset_day
 from stream_pipelines.sensor_metadata import sensor_metadata_frame
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pyspark.sql import Column, DataFrame, Row, SparkSession
 
     from stream_pipelines.batch_log import BatchRecord
@@ -565,7 +567,17 @@ def publish(
     else:
         result.notes.append("compliance table NOT updated for this day: unexplained diffs")
     result.inputs["duration_s"] = round(time.monotonic() - started, 1)
-    report.write_report(result, folder)
+    write_report(result, folder)
+
+
+def write_report(result: ReconciliationResult, folder: Path) -> None:
+    """Write report.json, report.html, its PDF copy and the plots into ``folder`` (a
+    :func:`store.location`, local or on the object store); sets the paths on ``result``."""
+    result.report_json = str(folder / "report.json")
+    result.report_html = str(folder / "report.html")
+    result.outputs["report_json"] = result.report_json
+    result.outputs["report_html"] = result.report_html
+    report.write_document(result.as_json(), folder)
 
 
 def write_day_partition(frame: DataFrame, path: str, day: str) -> int:

@@ -40,7 +40,9 @@ def test_a_second_owner_is_refused_with_the_owner_named(config):
 
 def test_the_lease_lives_beside_the_apps_checkpoints(config):
     Lease(config, APP).acquire(log=print)
-    assert (store.location(config, config.checkpoint_dir(APP, "archive")).parent / "lease.json").is_file()
+    assert (
+        store.location(config.spark.extra_conf, config.checkpoint_dir(APP, "archive")).parent / "lease.json"
+    ).is_file()
 
 
 def test_a_stale_lease_is_taken_over_and_the_takeover_is_logged(config):

@@ -178,7 +178,7 @@ def test_the_batch_log_loses_its_old_batches_but_the_one_the_next_starts_from(co
 
 
 def test_reset_copies_go_by_the_time_in_their_name_and_a_recent_one_stays(config):
-    root = store.location(config, config.data_path("checkpoints"))
+    root = store.location(config.spark.extra_conf, config.data_path("checkpoints"))
     now = datetime(2026, 11, 26, tzinfo=UTC)
     old = (now - timedelta(days=31)).strftime("%Y%m%dT%H%M%SZ")
     recent = (now - timedelta(days=2)).strftime("%Y%m%dT%H%M%SZ")
@@ -197,7 +197,7 @@ def test_reset_copies_go_by_the_time_in_their_name_and_a_recent_one_stays(config
 def test_the_daily_run_records_each_dataset_retention_and_what_it_removed(config):
     build_sink(config, {NEW: [10]}, {OLD: parquet_bytes([1])})
     outcome = maintenance.maintain(config, 3600, now=time.time() + 401 * DAY)
-    document = json.loads(store.location(config, outcome.record).read_text())
+    document = json.loads(store.location(config.spark.extra_conf, outcome.record).read_text())
     assert document["retention"]["archive"] == "400 days"
     archive = next(sink for sink in document["sinks"] if sink["dataset"] == "archive")
     assert [(item["file"], item["expired"]) for item in archive["removed"]] == [(OLD, True)]
@@ -220,7 +220,7 @@ class NoSpark:
 
 
 def test_a_day_whose_inputs_retention_removed_is_refused_before_anything_is_read(config):
-    folder = store.location(config, registry.ARCHIVE.location(config))
+    folder = store.location(config.spark.extra_conf, registry.ARCHIVE.location(config))
     retention.move_marker(folder, datetime(2026, 3, 10, tzinfo=UTC), {"retention": "400 days"})
     with pytest.raises(retention.RetentionPassed, match=r"2026-03-01 cannot be reconciled again.*archive"):
         run_reconciliation(config, date(2026, 3, 1), spark=NoSpark())

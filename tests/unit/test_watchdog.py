@@ -212,7 +212,9 @@ def test_the_lease_carries_each_querys_kafka_end_offsets_for_the_watchdog():
 def stored_fixture_checkpoints(stored_root: list[str]):
     """A config on the given store, with the Kafka fixture's raw_archive checkpoints copied there."""
     config = load_config("local", stored_root, environ={})
-    checkpoints = store.location(config, config.checkpoint_dir("raw_archive", "archive")).parent
+    checkpoints = store.location(
+        config.spark.extra_conf, config.checkpoint_dir("raw_archive", "archive")
+    ).parent
     store.copy_tree(FIXTURE, checkpoints)
     return config, checkpoints / "archive"
 

@@ -323,14 +323,16 @@ def sample_slice(
         }
     datasets = {}
     for dataset in file_sinks():
-        folder = store.location(config, dataset.location(config))
+        folder = store.location(config.spark.extra_conf, dataset.location(config))
         files = data_files(folder) if folder.exists() else {}
         datasets[dataset.name] = {
             "files": len(files),
             "bytes": sum(size for size, _ in files.values()),
             "sink_log": sink_log_figures(folder),
         }
-    batch_log_files, batch_log_bytes = folder_size(store.location(config, config.data_path("batch_log")))
+    batch_log_files, batch_log_bytes = folder_size(
+        store.location(config.spark.extra_conf, config.data_path("batch_log"))
+    )
     sample = {
         "until": until,
         "queries": queries,
