@@ -41,8 +41,9 @@ from typing import TYPE_CHECKING
 from stream_pipelines import compacted_days, maintenance, registry, store
 from stream_pipelines.checkpoint import format as checkpoint_format
 from stream_pipelines.config import add_config_arguments, config_or_report
+from stream_pipelines.day_reader import read_files, sink_log_names
 from stream_pipelines.exit_codes import ExitCode
-from stream_pipelines.runtime import get_spark, read_files, sink_log_names
+from stream_pipelines.runtime import get_spark
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

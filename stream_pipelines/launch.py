@@ -20,8 +20,8 @@ from stream_pipelines.config import PipelineConfig
 from stream_pipelines.control import ControlStore
 from stream_pipelines.exit_codes import ExitCode
 from stream_pipelines.registry import App
-from stream_pipelines.runtime import TriggerMode, spark_conf
-from stream_pipelines.submit import application_args, spark_submit_command
+from stream_pipelines.spark_conf import spark_conf
+from stream_pipelines.submit import TriggerMode, application_args, spark_submit_command
 from stream_pipelines.topics import REFUSALS, require_topics
 from stream_pipelines.yarn_driver import new_launch_tag
 

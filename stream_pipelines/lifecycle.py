@@ -53,7 +53,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-    from stream_pipelines.runtime import StreamSink, TriggerMode
+    from stream_pipelines.runtime import StreamSink
+    from stream_pipelines.submit import TriggerMode
 
 
 def run_app(app_name: str, argv: Sequence[str] | None = None) -> int:

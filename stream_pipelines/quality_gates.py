@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from stream_pipelines import registry, store
 from stream_pipelines.data_docs_assets import localize
+from stream_pipelines.day_reader import read_dataset_day
 from stream_pipelines.parsing import CLICK, IMPRESSION, SENSOR_READING
 from stream_pipelines.reconciliation import events
 from stream_pipelines.reconciliation.report import report_dir, update_report
-from stream_pipelines.runtime import read_dataset_day
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -1,8 +1,9 @@
-"""The thin edge around the pure transforms: Spark session and its settings, sources, sinks, triggers.
+"""The thin edge around the pure transforms: Spark session, sources, sinks, triggers.
 
 Nothing here computes business results; apps compose ``read_raw`` -> pure transforms -> ``StreamSink``
 (``file_sink``/``kafka_sink`` take the location from the query's registry declaration), and
-``lifecycle.run_streams`` starts them with ``start_sink``.
+``lifecycle.run_streams`` starts them with ``start_sink``. The session's settings come from
+``spark_conf``; a dataset's event day is read by ``day_reader``.
 """
 
 from __future__ import annotations
@@ -17,128 +18,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from stream_pipelines import class_archive, compacted_days, jvm, registry, store
-from stream_pipelines.checkpoint import format as checkpoint_format
-from stream_pipelines.checkpoint.format import STATE_STORE_PROVIDERS
-from stream_pipelines.config import OVERRIDE_PREFIX, PipelineConfig, TopicSettings
-from stream_pipelines.kafka_security import SECRET_OPTIONS_PATTERN
+from stream_pipelines import registry
+from stream_pipelines.config import PipelineConfig, TopicSettings
 from stream_pipelines.parsing import RAW_SCHEMA
 from stream_pipelines.procfs import process_age_s
-from stream_pipelines.resource_manager import tags_of
+from stream_pipelines.spark_conf import spark_conf
 
 if TYPE_CHECKING:
-    from datetime import date
-
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
     from stream_pipelines.registry import Query
+    from stream_pipelines.submit import TriggerMode
 
-TriggerMode = Literal["processing", "available-now"]
-
-
-DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 # The master of a session opened in-process on a config whose drivers run in YARN (get_spark).
 IN_PROCESS_MASTER = "local[2]"
-
-
-def spark_conf(config: PipelineConfig, app: str | None = None, job: str | None = None) -> dict[str, str]:
-    """Every Spark setting the apps need; used by the session builder and by spark-submit alike.
-
-    With ``app``, the settings of that streaming app's driver: its scratch goes to its own folder. On
-    YARN, ``app`` or ``job`` names the application (its tags, how the supervisor finds it).
-    """
-    settings = config.spark
-    conf = {
-        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
-        "spark.sql.streaming.stateStore.providerClass": STATE_STORE_PROVIDERS[settings.state_store],
-        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": str(
-            settings.changelog_checkpointing
-        ).lower(),
-        "spark.sql.session.timeZone": "UTC",
-        "spark.ui.enabled": str(settings.ui_enabled).lower(),
-        "spark.ui.showConsoleProgress": "false",
-        "spark.driver.memory": settings.driver_memory,
-        "spark.sql.streaming.metricsEnabled": "true",
-        "spark.sql.redaction.options.regex": SECRET_OPTIONS_PATTERN,
-    }
-    if settings.master.startswith("local"):
-        conf["spark.driver.host"] = "127.0.0.1"
-        conf["spark.driver.bindAddress"] = "127.0.0.1"
-        # Python workers (UDF-free, but the metadata data source runs in them) need this venv.
-        conf["spark.pyspark.python"] = sys.executable
-        conf["spark.pyspark.driver.python"] = sys.executable
-    if "spark.jars.packages" not in settings.extra_conf:
-        # The S3A connector only where the config stores something on S3: 38 more jars to load otherwise.
-        s3a = jvm.spark_s3a_jars() if store.uses_object_store(config.stored_urls()) else []
-        conf["spark.jars"] = ",".join([*jvm.spark_kafka_jars(), *s3a])
-    if config.on_yarn:
-        conf.update(yarn_conf(config, app or job or "session", streaming=app is not None))
-    # A driver in a YARN container writes its scratch to the container's folders, which YARN removes.
-    scratch = scratch_conf(config, app) if app is not None and not config.drivers_in_cluster else {}
-    conf.update(scratch)
-    conf.update(settings.extra_conf)
-    # Theirs after ours: the deployment's other options stay, and a temp folder of its own wins.
-    java_options = [
-        option
-        for option in (
-            scratch.get(DRIVER_JAVA_OPTIONS),
-            class_archive.driver_java_option(config),
-            settings.extra_conf.get(DRIVER_JAVA_OPTIONS),
-        )
-        if option
-    ]
-    if java_options:
-        conf[DRIVER_JAVA_OPTIONS] = " ".join(java_options)
-    return conf
-
-
-def yarn_conf(config: PipelineConfig, name: str, *, streaming: bool) -> dict[str, str]:
-    """What a YARN application of ``name`` needs (docs/decisions/0014-drivers-in-yarn.md):
-
-    - its tags, which is how a supervisor finds an app's applications (``resource_manager``);
-    - one attempt: a failed driver is restarted by its Airflow supervisor, which counts it;
-    - a streaming app's spark-submit returns once YARN accepted it, and the supervisor follows the
-      application through the ResourceManager; a batch job's waits for its end (its exit is the job's);
-    - Python and Spark's jars from this install, which every node has at the same path on one machine
-      (a cluster sets ``spark.yarn.archive`` and ``spark.pyspark.python`` in ``spark.extra_conf``).
-    """
-    import pyspark  # deferred: only a YARN launch needs to know where pyspark lives
-
-    conf = {
-        "spark.yarn.tags": tags_of(name),
-        "spark.yarn.maxAppAttempts": "1",
-        "spark.yarn.submit.waitAppCompletion": "false" if streaming else "true",
-        "spark.pyspark.python": sys.executable,
-        "spark.pyspark.driver.python": sys.executable,
-    }
-    # The driver loads its config in its container, where the launcher's environment is not: the
-    # overrides a deployment sets as PIPELINE__ variables go along (never secrets: the config holds
-    # only the names of the variables that carry those).
-    for name, value in os.environ.items():
-        if name.startswith(OVERRIDE_PREFIX):
-            conf[f"spark.yarn.appMasterEnv.{name}"] = value
-    jars = Path(pyspark.__file__).parent / "jars"
-    # Not in a driver in YARN, whose pyspark comes from pyspark.zip (no jars there): it keeps the
-    # value its spark-submit was given.
-    if jars.is_dir() and not {"spark.yarn.jars", "spark.yarn.archive"} & set(config.spark.extra_conf):
-        conf["spark.yarn.jars"] = f"local:{jars}/*"
-    return conf
-
-
-def scratch_conf(config: PipelineConfig, app: str) -> dict[str, str]:
-    """Spark's scratch space for an app's driver, all in the app's own folder, which its restarts clear.
-
-    A driver killed with -9 runs no shutdown hook, so whatever it wrote to the system temp folder stays
-    there for good: the local dirs (``spark-<uuid>`` with a copy of every jar, ``blockmgr-<uuid>``,
-    RocksDB's working copies) come from ``spark.local.dir``; the launcher's ``spark-<uuid>``,
-    ``artifacts-<uuid>`` and the native libraries the JVM unpacks (snappy, lz4, RocksDB) from
-    ``java.io.tmpdir``, which only the JVM's command line sets. Empty when the folder is not local.
-    """
-    folder = config.scratch_dir(app)
-    if folder is None:
-        return {}
-    return {"spark.local.dir": folder, DRIVER_JAVA_OPTIONS: jvm.java_option(f"-Djava.io.tmpdir={folder}")}
 
 
 @dataclass(frozen=True)
@@ -244,75 +138,6 @@ def read_raw(
     for frame in frames[1:]:
         combined = combined.unionByName(frame)
     return combined
-
-
-# How often a reader reads a day's compacted versions and its sink's log again when a compaction
-# publishes in between (one publish per unit per daily run: a second attempt is all it takes).
-READ_ATTEMPTS = 3
-
-
-def read_dataset_day(
-    spark: SparkSession, config: PipelineConfig, dataset: registry.Dataset, day: date
-) -> DataFrame:
-    """The rows of event day D, by the dataset's day rule: each of its units (compacted_days.py) from
-    the unit's newest compacted version where there is one, and from the sink's log the files no such
-    version holds, so a unit is read from one place, whole, and never twice."""
-    location = dataset.location(config)
-    folder = store.location(config.spark.extra_conf, location)
-    if not store.entries(folder / checkpoint_format.SINK_LOG):
-        # No sink's log: a folder a batch job wrote (a backfill, a copy), read whole; nothing in it is
-        # compacted (the compaction takes only what a sink's log lists).
-        plain = read_files(spark, dataset, [location], base=location) if store.tree_entries(folder) else None
-        rows = plain if plain is not None else spark.createDataFrame([], dataset.schema())
-        return rows.where(dataset.day_filter(day, config))
-    units = dataset.day_units(day, config)
-    # The manifests, then the log, then the manifests again: a version published in between (its
-    # sources then possibly forgotten by the log) would leave the two reads out of step; read again.
-    for _ in range(READ_ATTEMPTS):
-        published = compacted_days.latest_of_units(config, dataset, units)
-        listed = sink_log_names(config, dataset)
-        newest = {unit: compacted_days.versions(config, dataset, unit)[-1:] for unit in units}
-        if newest == {unit: [published[unit].version] if unit in published else [] for unit in units}:
-            break
-    else:
-        raise RuntimeError(f"{dataset.name} {day}: compacted versions kept changing while it was read")
-    compacted = {source for manifest in published.values() for source in manifest.sources}
-    pending = [
-        name
-        for name in listed
-        if name not in compacted and (not dataset.unit_in_path or dataset.unit_of_path(name) in units)
-    ]
-    compacted_files = [url for manifest in published.values() for url in manifest.file_urls(config, dataset)]
-    frames = [
-        read_files(spark, dataset, compacted_files),
-        read_files(spark, dataset, [f"{location}/{name}" for name in pending], base=location),
-    ]
-    found = [frame for frame in frames if frame is not None]
-    if not found:
-        return spark.createDataFrame([], dataset.schema())
-    rows = found[0] if len(found) == 1 else found[0].unionByName(found[1])
-    return rows.where(dataset.day_filter(day, config))
-
-
-def sink_log_names(config: PipelineConfig, dataset: registry.Dataset) -> list[str]:
-    """The files a file sink's log lists, relative to its folder; none without a log."""
-    folder = store.location(config.spark.extra_conf, dataset.location(config))
-    return sorted(
-        checkpoint_format.committed_names(checkpoint_format.sink_files(folder), dataset.location(config))
-    )
-
-
-def read_files(
-    spark: SparkSession, dataset: registry.Dataset, urls: list[str], *, base: str | None = None
-) -> DataFrame | None:
-    """Exactly these Parquet files, in the dataset's columns (a sink's partition columns from their
-    folders under ``base``); None for no files."""
-    if not urls:
-        return None
-    reader = spark.read.schema(dataset.schema())
-    if base is not None and dataset.partition_by:
-        reader = reader.option("basePath", base)
-    return reader.parquet(*urls).select(*dataset.column_names)
 
 
 # A consumer fetches ahead after each poll; at the end of a batch's range the broker holds that fetch

@@ -8,12 +8,16 @@ import sys
 from collections.abc import Sequence
 from datetime import date
 from pathlib import Path
+from typing import Literal
 
 from stream_pipelines import jvm
 from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
 from stream_pipelines.registry import app as declared_app
-from stream_pipelines.runtime import TriggerMode, spark_conf
+from stream_pipelines.spark_conf import spark_conf
 
+# How a streaming app's queries are triggered (the driver's ``--trigger``): every trigger interval, or
+# once over what is available now, then the app exits.
+TriggerMode = Literal["processing", "available-now"]
 SPARK_APPS_DIR = PROJECT_ROOT / "spark_apps"
 RECONCILE_SCRIPT = "reconcile"
 COMPACT_SCRIPT = "compact"

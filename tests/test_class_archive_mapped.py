@@ -13,7 +13,7 @@ from pathlib import Path
 
 from stream_pipelines import class_archive
 from stream_pipelines.config import load_config
-from stream_pipelines.runtime import DRIVER_JAVA_OPTIONS, spark_conf
+from stream_pipelines.spark_conf import DRIVER_JAVA_OPTIONS, spark_conf
 from stream_pipelines.submit import spark_submit_executable, submit_environment
 
 DRIVER = """

@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from stream_pipelines import compacted_days, compaction, maintenance, registry, retention, runtime, store
+from stream_pipelines import compacted_days, compaction, day_reader, maintenance, registry, retention, store
 from stream_pipelines.apps import raw_archive
 from stream_pipelines.checkpoint import format as checkpoint_format
+from stream_pipelines.day_reader import read_dataset_day, sink_log_names
 from stream_pipelines.reconciliation.job import run_reconciliation
-from stream_pipelines.runtime import read_dataset_day, sink_log_names
 from tests.conftest import Replay, run_in_process
 from tests.test_reconcile import (  # noqa: F401 (fixtures)
     DAY,
@@ -235,7 +235,7 @@ def test_a_reader_whose_log_read_meets_a_new_version_reads_the_day_again_whole(
     reads are out of step: the reader sees the versions change and reads both again."""
     config = private_copy(scenario, tmp_path)
     expected = compaction.row_digest(read_dataset_day(spark, config, registry.ARCHIVE, DAY))
-    listing = runtime.sink_log_names
+    listing = day_reader.sink_log_names
     interleaved: list[str] = []
 
     def publish_then_forget(config_, dataset):
@@ -246,7 +246,7 @@ def test_a_reader_whose_log_read_meets_a_new_version_reads_the_day_again_whole(
         assert result.units[0].outcome == "published"
         return []  # the log has forgotten every file the new version holds
 
-    monkeypatch.setattr(runtime, "sink_log_names", publish_then_forget)
+    monkeypatch.setattr(day_reader, "sink_log_names", publish_then_forget)
     assert compaction.row_digest(read_dataset_day(spark, config, registry.ARCHIVE, DAY)) == expected
     assert interleaved == ["archive"]
 

@@ -13,8 +13,8 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from stream_pipelines import registry
+from stream_pipelines.day_reader import read_dataset_day
 from stream_pipelines.parsing import EventType, parse_events, quarantined_events, valid_events
-from stream_pipelines.runtime import read_dataset_day
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -29,10 +29,11 @@ from pyspark.sql import functions as F
 from stream_pipelines import batch_log, maintenance, registry, retention
 from stream_pipelines.apps.sensor_aggregation import enrich_with_metadata, tumbling_window_stats
 from stream_pipelines.config import PROJECT_ROOT, PipelineConfig, add_config_arguments, config_or_report
+from stream_pipelines.day_reader import read_dataset_day
 from stream_pipelines.exit_codes import ExitCode
 from stream_pipelines.parsing import CLICK, IMPRESSION, SENSOR_READING
 from stream_pipelines.reconciliation import ads, advisor, diff, events, ledger, report
-from stream_pipelines.runtime import get_spark, read_dataset_day
+from stream_pipelines.runtime import get_spark
 from stream_pipelines.sensor_metadata import sensor_metadata_frame
 
 if TYPE_CHECKING:

@@ -13,7 +13,8 @@ import pytest
 
 from stream_pipelines import class_archive, jvm
 from stream_pipelines.config import PROJECT_ROOT, PipelineConfig, load_config
-from stream_pipelines.runtime import Cleared, clear_scratch, driver_started_at, spark_conf
+from stream_pipelines.runtime import Cleared, clear_scratch, driver_started_at
+from stream_pipelines.spark_conf import spark_conf
 
 METADATA = f"sensors.metadata_path={PROJECT_ROOT / 'conf' / 'sensor_metadata.csv'}"
 

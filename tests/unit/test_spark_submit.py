@@ -28,7 +28,7 @@ def fixed_tools(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def local_spark_conf(scratch: Path | None = None) -> list[str]:
-    """--conf pairs for conf/local.yaml, in the order runtime.spark_conf lists them; an app's driver
+    """--conf pairs for conf/local.yaml, in the order spark_conf lists them; an app's driver
     also has its scratch folder."""
     settings = [
         "spark.sql.shuffle.partitions=2",

@@ -17,7 +17,7 @@ from stream_pipelines.resource_manager import (
     tags_of,
     unwrap,
 )
-from stream_pipelines.runtime import spark_conf
+from stream_pipelines.spark_conf import spark_conf
 
 METADATA = f"sensors.metadata_path={PROJECT_ROOT / 'conf' / 'sensor_metadata.csv'}"
 IN_YARN = (

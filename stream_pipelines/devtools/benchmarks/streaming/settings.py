@@ -132,7 +132,7 @@ def session_settings(spark: SparkSession, config: PipelineConfig) -> dict[str, s
     Shuffle partitions and the state store provider are read when a query starts from a fresh
     checkpoint, so one session serves both variants.
     """
-    from stream_pipelines.runtime import spark_conf
+    from stream_pipelines.spark_conf import spark_conf
 
     previous: dict[str, str | None] = {}
     for key, value in spark_conf(config).items():
