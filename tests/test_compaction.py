@@ -21,11 +21,12 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from stream_pipelines import compacted_days, compaction, day_reader, maintenance, registry, retention, store
 from stream_pipelines.apps import raw_archive
 from stream_pipelines.checkpoint import format as checkpoint_format
-from stream_pipelines.day_reader import read_dataset_day, sink_log_names
+from stream_pipelines.core import registry, store
 from stream_pipelines.reconciliation.job import run_reconciliation
+from stream_pipelines.tables import compacted_days, compaction, day_reader, maintenance, retention
+from stream_pipelines.tables.day_reader import read_dataset_day, sink_log_names
 from tests.conftest import Replay, run_in_process
 from tests.test_reconcile import (  # noqa: F401 (fixtures)
     DAY,

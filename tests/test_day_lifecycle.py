@@ -32,11 +32,11 @@ from pathlib import Path
 
 import pytest
 
-from stream_pipelines import store
+from stream_pipelines.core import store
 from stream_pipelines.devtools import stack
 from stream_pipelines.devtools.processes import free_port, stop_processes
+from stream_pipelines.kafka.topics import ensure_topics
 from stream_pipelines.reconciliation import days
-from stream_pipelines.topics import ensure_topics
 from tests.conftest import (
     make_overrides_config,
     pipeline_environment,

@@ -22,8 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from stream_pipelines import store
-from stream_pipelines.config import PROJECT_ROOT, ConfigError, load_config
+from stream_pipelines.core import store
+from stream_pipelines.core.config import PROJECT_ROOT, ConfigError, load_config
 from tests.unit.test_checkpoint_on_s3 import (  # noqa: F401
     running_the_fixtures_spark,
     test_a_reset_from_committed_offsets_on_the_remote_store_writes_the_checkpoint_a_local_reset_writes,
@@ -249,7 +249,7 @@ def test_a_local_folder_is_copied_onto_hdfs(folder, tmp_path):
 
 
 def test_the_sensor_metadata_file_is_read_from_hdfs_as_the_workers_read_it(hdfs_root):
-    from stream_pipelines.sensor_metadata import SensorMetadataError, read_metadata_rows
+    from stream_pipelines.inputs.sensor_metadata import SensorMetadataError, read_metadata_rows
 
     local = PROJECT_ROOT / "conf" / "sensor_metadata.csv"
     url = f"{hdfs_root}/datasets/sensors/sensor_metadata.csv"
@@ -261,7 +261,7 @@ def test_the_sensor_metadata_file_is_read_from_hdfs_as_the_workers_read_it(hdfs_
 
 FORK_AFTER_HDFS = """
 import os, subprocess, sys, time
-from stream_pipelines import store
+from stream_pipelines.core import store
 # The file layer's HDFS client, used and then dropped by its caller, as the demo and the nightly job do
 # before they launch Spark's JVM (pyspark forks with a preexec_fn, so Python runs in the child).
 assert store.entries(store.location(None, sys.argv[1])) is not None

@@ -9,9 +9,10 @@ import os
 import time
 from datetime import UTC, datetime, timedelta
 
-from stream_pipelines import compacted_days, registry, retention, store
-from stream_pipelines.batch_log import parse_batch_log, query_log_dir
-from stream_pipelines.config import load_config
+from stream_pipelines.core import registry, store
+from stream_pipelines.core.config import load_config
+from stream_pipelines.driver.batch_log import parse_batch_log, query_log_dir
+from stream_pipelines.tables import compacted_days, retention
 from tests.conftest import start_dag_test
 from tests.unit.test_output_sweep import build_sink, parquet_bytes
 from tests.unit.test_retention import LISTED_OLD, NEW, OLD, write_batches

@@ -18,14 +18,15 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from stream_pipelines import maintenance, registry, store
-from stream_pipelines.batch_log import load_batches
 from stream_pipelines.checkpoint import format as checkpoint_format
 from stream_pipelines.checkpoint.inspect import preflight
-from stream_pipelines.control import ControlStore
+from stream_pipelines.control.control_store import ControlStore
+from stream_pipelines.control.lease import Lease
+from stream_pipelines.core import registry, store
 from stream_pipelines.devtools import generator
-from stream_pipelines.lease import Lease
-from stream_pipelines.topics import ensure_topics
+from stream_pipelines.driver.batch_log import load_batches
+from stream_pipelines.kafka.topics import ensure_topics
+from stream_pipelines.tables import maintenance
 from tests.conftest import (
     committed_rows,
     make_overrides_config,
@@ -139,8 +140,8 @@ def test_ad_matching_on_a_remote_store_agrees_with_the_nightly_exact_recompute(
     root, on_the_store = remote_store
     import json
 
+    from stream_pipelines.core.registry import AD_MATCHES
     from stream_pipelines.reconciliation.report import report_dir
-    from stream_pipelines.registry import AD_MATCHES
 
     overrides = make_overrides(*private_source_topics(), *root, f"paths.scratch={tmp_path}/data/scratch")
     config = make_overrides_config(overrides)

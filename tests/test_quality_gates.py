@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from stream_pipelines import quality_gates, store
-from stream_pipelines.registry import COMPLIANCE_WINDOWS
+from stream_pipelines.core import store
+from stream_pipelines.core.registry import COMPLIANCE_WINDOWS
+from stream_pipelines.quality import gates as quality_gates
 from tests.conftest import make_overrides_config
 
 compliance_dir = COMPLIANCE_WINDOWS.location

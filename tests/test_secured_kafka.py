@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from stream_pipelines.exit_codes import ExitCode
+from stream_pipelines.core.exit_codes import ExitCode
 from tests.conftest import (
     SecuredKafka,
     make_overrides_config,
@@ -121,7 +121,7 @@ def test_every_client_runs_over_the_secured_listener(
     assert windows.count() > 0
 
     # The watchdog's offset reads: everything the archive read is on the broker, nothing waits.
-    from stream_pipelines.watchdog import KafkaBacklog
+    from stream_pipelines.observability.watchdog import KafkaBacklog
 
     backlog = KafkaBacklog(config)
     try:
@@ -194,9 +194,9 @@ REFUSALS = ("wrong password", "unknown CA", "expired certificate")
 def test_a_refused_connection_is_a_configuration_error_named_at_start_up(
     broker, secured_kafka, make_overrides, monkeypatch, tmp_path, capsys, case
 ):
-    from stream_pipelines.kafka_clients import KafkaAccessRefused
-    from stream_pipelines.lifecycle import run_app as run_driver
-    from stream_pipelines.topics import require_topics
+    from stream_pipelines.driver.lifecycle import run_app as run_driver
+    from stream_pipelines.kafka.clients import KafkaAccessRefused
+    from stream_pipelines.kafka.topics import require_topics
 
     settings, environment, said = refused_settings(secured_kafka, case)
     for name, value in environment.items():
@@ -228,7 +228,7 @@ def test_a_refused_connection_is_a_configuration_error_named_at_start_up(
 def test_the_supervisor_fails_a_refused_login_at_once_without_retrying(
     broker, secured_kafka, airflow_env, make_overrides, monkeypatch, tmp_path
 ):
-    from stream_pipelines.control import ControlStore
+    from stream_pipelines.control.control_store import ControlStore
 
     settings, environment, said = refused_settings(secured_kafka, "wrong password")
     for name, value in environment.items():

@@ -15,9 +15,10 @@ import pyarrow.dataset as ds
 import pytest
 from pyspark.sql import functions as F
 
-from stream_pipelines import maintenance, registry, retention, store
 from stream_pipelines.checkpoint import format as checkpoint_format
-from stream_pipelines.config import load_config
+from stream_pipelines.core import registry, store
+from stream_pipelines.core.config import load_config
+from stream_pipelines.tables import maintenance, retention
 
 SINK_RETENTION_S = 4
 COMPACT_INTERVAL = 10

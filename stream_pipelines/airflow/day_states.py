@@ -19,10 +19,11 @@ from typing import Any
 from airflow.sdk import Asset
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from stream_pipelines import kafka_clients, registry, store
 from stream_pipelines.airflow import task_config
 from stream_pipelines.airflow.nightly import first_event_day
-from stream_pipelines.config import Duration
+from stream_pipelines.core import registry, store
+from stream_pipelines.core.config import Duration
+from stream_pipelines.kafka import clients as kafka_clients
 from stream_pipelines.reconciliation import days
 
 log = logging.getLogger(__name__)

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from stream_pipelines import store
+from stream_pipelines.core import store
 
 # Keys of the SQL conf pinned in offsets/N that the preflight and the reset care about.
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"

@@ -23,7 +23,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from stream_pipelines import registry
 from stream_pipelines.checkpoint.format import (
     PROVIDER_CLASS,
     PROVIDER_NAMES,
@@ -40,10 +39,11 @@ from stream_pipelines.checkpoint.format import (
     sink_log_latest_batch,
     state_operators,
 )
-from stream_pipelines.config import PipelineConfig
-from stream_pipelines.registry import APP_NAMES
-from stream_pipelines.store import location as location_of
-from stream_pipelines.store import write_json
+from stream_pipelines.core import registry
+from stream_pipelines.core.config import PipelineConfig
+from stream_pipelines.core.registry import APP_NAMES
+from stream_pipelines.core.store import location as location_of
+from stream_pipelines.core.store import write_json
 
 FINGERPRINT_FILE = "pipeline_fingerprint.json"
 FINGERPRINT_FORMAT = 1

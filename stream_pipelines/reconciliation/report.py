@@ -11,13 +11,13 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stream_pipelines.core.store import location, write_atomically
 from stream_pipelines.reconciliation.pdf import PdfNotRendered, render_pdf
 from stream_pipelines.reconciliation.plots import DELAY_PLOT, WHAT_IF_PLOT, plot_figures, png
 from stream_pipelines.reconciliation.report_html import render_html
-from stream_pipelines.store import location, write_atomically
 
 if TYPE_CHECKING:
-    from stream_pipelines.config import PipelineConfig
+    from stream_pipelines.core.config import PipelineConfig
 
 __all__ = ["DELAY_PLOT", "WHAT_IF_PLOT", "report_dir", "update_report", "write_document"]
 PDF_NAME = "report.pdf"

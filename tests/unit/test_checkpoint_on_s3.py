@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from stream_pipelines import store
 from stream_pipelines.checkpoint import inspect as checkpoint_inspect
 from stream_pipelines.checkpoint.inspect import CheckpointError
 from stream_pipelines.checkpoint.reset import reset
-from stream_pipelines.config import load_config
+from stream_pipelines.core import store
+from stream_pipelines.core.config import load_config
 from tests.unit.test_checkpoint_reader import FIXTURES, TUMBLING, written_spark_version
 
 

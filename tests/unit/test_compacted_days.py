@@ -15,8 +15,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from stream_pipelines import compacted_days, maintenance, registry, retention, store
-from stream_pipelines.config import load_config
+from stream_pipelines.core import registry, store
+from stream_pipelines.core.config import load_config
+from stream_pipelines.tables import compacted_days, maintenance, retention
 from tests.unit.test_output_sweep import build_sink, parquet_bytes
 from tests.unit.test_retention import NEW, OLD
 
@@ -115,7 +116,7 @@ def test_a_failed_first_compaction_of_a_day_goes_after_the_grace(config):
 
 
 def test_one_sinks_failing_compaction_does_not_stop_the_others(config, monkeypatch):
-    from stream_pipelines import compaction
+    from stream_pipelines.tables import compaction
 
     def fail_on_the_archive(spark, config_, dataset, now, dry_run, progress):
         if dataset is registry.ARCHIVE:

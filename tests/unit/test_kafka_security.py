@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from stream_pipelines.config import ConfigError, load_config
+from stream_pipelines.core.config import ConfigError, load_config
 from stream_pipelines.devtools.tls import make_test_pki
 
 
@@ -83,7 +83,7 @@ def test_mutual_tls_hands_the_java_client_the_certificate_and_key_by_content(pki
 
 
 def test_spark_source_and_sink_get_the_java_spelling_with_their_prefix(pki):
-    from stream_pipelines.runtime import kafka_sink_options, kafka_source_options
+    from stream_pipelines.driver.runtime import kafka_sink_options, kafka_source_options
 
     config = load_config("local", sasl_ssl(pki), environ={"TEST_KAFKA_PASSWORD": "x"})
     for options in (

@@ -18,9 +18,11 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from stream_pipelines import cli, maintenance, registry, store
+from stream_pipelines import cli
 from stream_pipelines.checkpoint import format as checkpoint_format
-from stream_pipelines.config import load_config
+from stream_pipelines.core import registry, store
+from stream_pipelines.core.config import load_config
+from stream_pipelines.tables import maintenance
 
 DAY_FOLDER = "topic=sensors/arrival_date=2026-01-01"
 # A partition value Spark escapes in the folder name (":" -> "%3A"); the log then encodes the "%".

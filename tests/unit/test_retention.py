@@ -15,10 +15,12 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
-from stream_pipelines import cli, maintenance, registry, retention, store
-from stream_pipelines.batch_log import parse_batch_log, query_log_dir
-from stream_pipelines.config import ConfigError, load_config
+from stream_pipelines import cli
+from stream_pipelines.core import registry, store
+from stream_pipelines.core.config import ConfigError, load_config
+from stream_pipelines.driver.batch_log import parse_batch_log, query_log_dir
 from stream_pipelines.reconciliation.job import run_reconciliation
+from stream_pipelines.tables import maintenance, retention
 from tests.unit.test_output_sweep import build_sink, parquet_bytes, rows_read_plainly
 
 DAY = 86400.0
@@ -54,7 +56,7 @@ def test_a_retention_shorter_than_the_reconciliation_needs_is_refused_naming_the
 
 
 def test_a_file_sinks_log_keeps_the_compaction_window_or_the_datasets_retention_if_shorter():
-    from stream_pipelines.runtime import sink_log_options
+    from stream_pipelines.driver.runtime import sink_log_options
 
     config = load_config("local", environ={})
     week = f"{7 * 86400 * 1000}ms"

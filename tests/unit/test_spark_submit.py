@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from stream_pipelines import class_archive, jvm, submit
-from stream_pipelines.config import PROJECT_ROOT, PipelineConfig, load_config
-from stream_pipelines.kafka_security import SECRET_OPTIONS_PATTERN
+from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig, load_config
+from stream_pipelines.core.kafka_security import SECRET_OPTIONS_PATTERN
+from stream_pipelines.launching import class_archive, jvm, submit
 
 SPARK_SUBMIT = "/opt/spark/bin/spark-submit"
 KAFKA_JARS = ["/jars/spark-sql-kafka.jar", "/jars/kafka-clients.jar"]

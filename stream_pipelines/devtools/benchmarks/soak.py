@@ -49,16 +49,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from stream_pipelines import registry, store
 from stream_pipelines.checkpoint import format as checkpoint_format
-from stream_pipelines.config import (
+from stream_pipelines.control.control_store import ControlStore
+from stream_pipelines.core import registry, store
+from stream_pipelines.core.config import (
     PROJECT_ROOT,
     Duration,
     PipelineConfig,
     add_config_arguments,
     load_config,
 )
-from stream_pipelines.control import ControlStore
 from stream_pipelines.devtools import stack
 from stream_pipelines.devtools.benchmarks.common import (
     Interrupts,
@@ -80,7 +80,7 @@ from stream_pipelines.devtools.benchmarks.stack_cost import (
     wait_for,
 )
 from stream_pipelines.devtools.processes import process_table
-from stream_pipelines.maintenance import SINK_LOG, data_files, file_sinks
+from stream_pipelines.tables.maintenance import SINK_LOG, data_files, file_sinks
 
 DEFAULT_OUT = PROJECT_ROOT / "data" / "bench" / "soak.json"
 SECONDS_PER_DAY = 86400
