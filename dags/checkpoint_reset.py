@@ -13,7 +13,7 @@ from datetime import datetime
 from airflow.sdk import DAG, Param, task
 
 from stream_pipelines.airflow.dag_defaults import DEFAULT_ARGS
-from stream_pipelines.registry import APP_NAMES
+from stream_pipelines.core.registry import APP_NAMES
 
 with DAG(
     dag_id="checkpoint_reset",

@@ -1,7 +1,7 @@
 """Daily maintenance of what the pipeline keeps, in two tasks:
 
 * compact_closed_days: every file sink's closed days rewritten into big files and published whole
-  (stream_pipelines.compaction, through spark-submit), so readers and the sinks' logs stay small;
+  (stream_pipelines.tables.compaction, through spark-submit), so readers and the sinks' logs stay small;
 
 then sweep_outputs (run whether or not the compaction succeeded: it removes nothing a reader needs):
 
@@ -14,8 +14,8 @@ then sweep_outputs (run whether or not the compaction succeeded: it removes noth
   moved aside, old maintenance records. Compliance datasets and reports are kept.
 
 The task log lists every removal; the record goes to reports/maintenance. Trigger with dry_run to see
-what would go. Wiring only; the tasks are stream_pipelines.airflow.tasks.compact and .maintain,
-over stream_pipelines.compaction, stream_pipelines.maintenance and stream_pipelines.retention.
+what would go. Wiring only; the tasks are stream_pipelines.airflow.tasks.compact and .maintain, over
+stream_pipelines.tables.compaction, stream_pipelines.tables.maintenance and stream_pipelines.tables.retention.
 """
 
 from __future__ import annotations

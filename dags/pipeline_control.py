@@ -1,7 +1,7 @@
 """Operator controls from the Airflow UI: stop, start, restart, pause or resume an app; show status.
 
 Trigger with params. Stop and restart drain the batch in flight before the app exits.
-Wiring only; the logic is in stream_pipelines.control.
+Wiring only; the logic is in stream_pipelines.control.control_store.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from datetime import datetime
 from airflow.sdk import DAG, Param, task
 
 from stream_pipelines.airflow.dag_defaults import DEFAULT_ARGS
-from stream_pipelines.registry import APP_NAMES
+from stream_pipelines.core.registry import APP_NAMES
 
 with DAG(
     dag_id="pipeline_control",

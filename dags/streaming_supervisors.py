@@ -1,6 +1,6 @@
 """One supervisor DAG per streaming app: keep it running, restart it from its checkpoint after a crash.
 
-Wiring only; the logic is in stream_pipelines.airflow.supervisor and stream_pipelines.control.
+Wiring only; the logic is in stream_pipelines.airflow.supervisor and stream_pipelines.control.control_store.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from stream_pipelines.airflow.dag_defaults import (
     SUPERVISOR_TAGS,
 )
 from stream_pipelines.airflow.supervisor import StreamingAppOperator, SupervisorRetryPolicy, app_is_wanted
-from stream_pipelines.registry import APPS
+from stream_pipelines.core.registry import APPS
 
 for declared in APPS.values():
     app_name = declared.name

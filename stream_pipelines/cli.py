@@ -33,17 +33,18 @@ from collections.abc import Sequence
 from datetime import date
 from pathlib import Path
 
-from stream_pipelines import data_docs_assets, maintenance, retention
 from stream_pipelines.checkpoint.inspect import CheckpointError, inspect
 from stream_pipelines.checkpoint.reset import RESET_FROM, parse_offsets_argument, parse_reset_time, reset
-from stream_pipelines.config import Duration, PipelineConfig, add_config_arguments, config_or_report
-from stream_pipelines.control import ControlStore, apply_action
-from stream_pipelines.exit_codes import ExitCode
-from stream_pipelines.kafka_clients import KafkaAccessRefused
-from stream_pipelines.metrics_targets import publish
-from stream_pipelines.registry import APP_NAMES
-from stream_pipelines.registry import app as declared_app
-from stream_pipelines.topics import ensure_topics
+from stream_pipelines.control.control_store import ControlStore, apply_action
+from stream_pipelines.core.config import Duration, PipelineConfig, add_config_arguments, config_or_report
+from stream_pipelines.core.exit_codes import ExitCode
+from stream_pipelines.core.registry import APP_NAMES
+from stream_pipelines.core.registry import app as declared_app
+from stream_pipelines.kafka.clients import KafkaAccessRefused
+from stream_pipelines.kafka.topics import ensure_topics
+from stream_pipelines.observability.metrics_targets import publish
+from stream_pipelines.quality import data_docs_assets
+from stream_pipelines.tables import maintenance, retention
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -182,7 +183,7 @@ def _developer_commands():
 
 
 def _setup_jvm(config: PipelineConfig, args: argparse.Namespace) -> int:
-    from stream_pipelines import class_archive_training, jvm
+    from stream_pipelines.launching import class_archive_training, jvm
 
     try:
         print(f"java {jvm.check_java()} at {jvm.java_executable()}")
@@ -219,8 +220,8 @@ def _topics(config: PipelineConfig, args: argparse.Namespace) -> int:
 
 
 def _run(config: PipelineConfig, args: argparse.Namespace) -> int:
-    from stream_pipelines.launch import StartRefused, prepare
-    from stream_pipelines.submit import submit_environment
+    from stream_pipelines.launching.launch import StartRefused, prepare
+    from stream_pipelines.launching.submit import submit_environment
 
     try:
         launch = prepare(config, declared_app(args.app), args.trigger, args.overrides)
@@ -246,7 +247,7 @@ def _run(config: PipelineConfig, args: argparse.Namespace) -> int:
 
 def _follow_in_yarn(config: PipelineConfig, app: str, tag: str) -> int:
     """A driver in YARN: follow its application until it ends; its exit code, as YARN reports it."""
-    from stream_pipelines import yarn_driver
+    from stream_pipelines.launching import yarn_driver
 
     rm = yarn_driver.resource_manager_of(config)
     application = yarn_driver.submitted(rm, tag)
@@ -340,14 +341,14 @@ def _control(config: PipelineConfig, args: argparse.Namespace) -> int:
 
 
 def _reconcile(config: PipelineConfig, args: argparse.Namespace) -> int:
-    from stream_pipelines.submit import reconcile_submit_command, submit_environment
+    from stream_pipelines.launching.submit import reconcile_submit_command, submit_environment
 
     command = reconcile_submit_command(config, args.date, args.overrides)
     return subprocess.run(command, env=submit_environment(config=config), check=False).returncode
 
 
 def _compact(config: PipelineConfig, args: argparse.Namespace) -> int:
-    from stream_pipelines.submit import compact_submit_command, submit_environment
+    from stream_pipelines.launching.submit import compact_submit_command, submit_environment
 
     command = compact_submit_command(config, dry_run=args.dry_run, overrides=args.overrides)
     return subprocess.run(command, env=submit_environment(config=config), check=False).returncode

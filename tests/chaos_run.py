@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from stream_pipelines.config import PROJECT_ROOT
+from stream_pipelines.core.config import PROJECT_ROOT
 
 
 def run_chaos(folder: Path, *arguments: str, timeout_s: float) -> tuple[dict, str]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stream_pipelines.config import DEFAULT_CONF_DIR, PipelineConfig, load_config, override_variables
+from stream_pipelines.core.config import DEFAULT_CONF_DIR, PipelineConfig, load_config, override_variables
 from stream_pipelines.devtools.processes import free_port
 from stream_pipelines.devtools.tls import KEY_PASSWORD, Identity, LoopbackPki, make_test_pki
 
@@ -64,7 +64,7 @@ def produce_scenario(config: PipelineConfig, seed: int) -> list:
     """Five minutes of generated sensor and ad events on the config's input topics (made if missing),
     produced; the records, to count the output against."""
     from stream_pipelines.devtools import generator
-    from stream_pipelines.topics import ensure_topics
+    from stream_pipelines.kafka.topics import ensure_topics
 
     ensure_topics(config)
     spec = generator.ScenarioSpec(
@@ -260,7 +260,7 @@ def hdfs_root(hdfs) -> Iterator[str]:
     """``hdfs://127.0.0.1:<port>/test-<id>``: this test's own folder on the session's HDFS, removed after."""
     import uuid
 
-    from stream_pipelines import store
+    from stream_pipelines.core import store
 
     url = hdfs.url(f"test-{uuid.uuid4().hex[:12]}")
     yield url
@@ -269,7 +269,7 @@ def hdfs_root(hdfs) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def spark(session_root: Path, broker_ports: tuple[int, int]):
-    from stream_pipelines.runtime import get_spark
+    from stream_pipelines.driver.runtime import get_spark
 
     session = get_spark(config_for(session_root / "spark-root", broker_ports), "tests")
     yield session
@@ -297,7 +297,7 @@ def produce(
 
 def run_app(app: str, trigger: str, overrides: list[str], **popen) -> subprocess.Popen:
     """Launch an app exactly as the front door does (spark-submit), in its own process group."""
-    from stream_pipelines.submit import spark_submit_command, submit_environment
+    from stream_pipelines.launching.submit import spark_submit_command, submit_environment
 
     command = spark_submit_command(load_config("local", overrides), app, trigger, overrides)
     return subprocess.Popen(command, env=submit_environment(), start_new_session=True, **popen)
@@ -306,7 +306,7 @@ def run_app(app: str, trigger: str, overrides: list[str], **popen) -> subprocess
 def run_then_reconcile(apps: list[str], overrides: list[str], day, log: Path) -> None:
     """Each app drained with available-now through spark-submit, then the nightly job for ``day``, as the
     front door runs them; their output goes to ``log``, which a failure names."""
-    from stream_pipelines.submit import reconcile_submit_command, submit_environment
+    from stream_pipelines.launching.submit import reconcile_submit_command, submit_environment
 
     config = load_config("local", overrides)
     with log.open("ab") as output:
@@ -328,13 +328,13 @@ def committed_rows(config: PipelineConfig, output: str, columns: list[str]) -> l
     reader other than Spark would), with the partition values from each file's path."""
     import pyarrow.parquet as pq
 
-    from stream_pipelines import store
     from stream_pipelines.checkpoint.format import sink_files
+    from stream_pipelines.core import store
 
     rows = []
-    for url in sink_files(store.location(config, output)):
+    for url in sink_files(store.location(config.spark.extra_conf, output)):
         partitions = dict(part.split("=", 1) for part in url.split("/") if "=" in part)
-        with store.location(config, url).open("rb") as handle:
+        with store.location(config.spark.extra_conf, url).open("rb") as handle:
             rows += [{**partitions, **row} for row in pq.read_table(handle, columns=columns).to_pylist()]
     return rows
 
@@ -381,7 +381,7 @@ def files_source_overrides(replay_root: Path) -> list[str]:
 
 def run_in_process(spark, config: PipelineConfig, app_module, trigger: str = "available-now"):
     """Run a real app's queries in this process (shared session); returns (exit code, queries)."""
-    from stream_pipelines.lifecycle import run_streams
+    from stream_pipelines.driver.lifecycle import run_streams
 
     queries: list = []
     ended = run_streams(
@@ -416,7 +416,7 @@ def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """A real Airflow home (SQLite, migrated once per session) for DagBag and dag.test() runs."""
     import os
 
-    from stream_pipelines.config import PROJECT_ROOT
+    from stream_pipelines.core.config import PROJECT_ROOT
     from stream_pipelines.devtools.stack import migrate_airflow_db
 
     home = tmp_path_factory.mktemp("airflow-home")

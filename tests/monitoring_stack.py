@@ -28,11 +28,11 @@ from typing import Any
 
 import pytest
 
-from stream_pipelines.config import PipelineConfig, load_config
-from stream_pipelines.control import apply_action
+from stream_pipelines.control.control_store import apply_action
+from stream_pipelines.core.config import PipelineConfig, load_config
+from stream_pipelines.core.registry import SENSOR_AGGREGATION
 from stream_pipelines.devtools.processes import free_port, stop_process_group
-from stream_pipelines.monitoring_rules import write_yaml
-from stream_pipelines.registry import SENSOR_AGGREGATION
+from stream_pipelines.observability.monitoring_rules import write_yaml
 from tests.conftest import kill_processes_of, overrides_for, private_source_topics, run_app
 
 MONITORING = Path(__file__).resolve().parents[1] / "monitoring"
@@ -248,7 +248,7 @@ def stalled_sensor_app_fixture(
 ) -> Iterator[RunningApp]:
     """sensor_aggregation through spark-submit, its exporter on a free port, after reading a scenario
     whose partition STALLED_PARTITION of the sensors topic stopped STALL_AFTER_S into it."""
-    from stream_pipelines.topics import ensure_topics
+    from stream_pipelines.kafka.topics import ensure_topics
 
     folder = tmp_path_factory.mktemp("sensor-app")
     data_root = folder / "data"

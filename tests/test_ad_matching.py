@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from stream_pipelines.apps import ad_matching
-from stream_pipelines.metrics import ProgressRecorder
+from stream_pipelines.observability.metrics import ProgressRecorder
 from tests.conftest import (
     Replay,
     committed_batches_of_files,

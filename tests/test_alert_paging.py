@@ -4,7 +4,7 @@ The real sensor_aggregation app reads a generated scenario whose sensors partiti
 stopped receiving (`pipelinectl produce --stall-partition`), then is stopped. A real Prometheus scrapes
 its exporter and evaluates monitoring/rules, a real Alertmanager routes by monitoring/alertmanager.yml,
 and monitoring/webhook_receiver.py runs as a process. Both come from monitoring/ through
-stream_pipelines.monitoring_rules: the rules with a shorter `for:` and evaluation interval, the
+stream_pipelines.observability.monitoring_rules: the rules with a shorter `for:` and evaluation interval, the
 Alertmanager config with the receiver's URL; nothing else differs from what production runs.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from stream_pipelines.monitoring_rules import (
+from stream_pipelines.observability.monitoring_rules import (
     render_alertmanager_config,
     render_prometheus_config,
     write_rules,

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 import yaml
 
-from stream_pipelines.config import load_config
+from stream_pipelines.core.config import load_config
 from stream_pipelines.devtools import stack
-from stream_pipelines.monitoring_rules import APPS_JOB
+from stream_pipelines.observability.monitoring_rules import APPS_JOB
 
 ROOT = Path(__file__).resolve().parents[1]
 MONITORING = ROOT / "monitoring"

@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from stream_pipelines.devtools.broker import BrokerError, LocalBroker
-from stream_pipelines.topics import ensure_topics
+from stream_pipelines.kafka.topics import ensure_topics
 from tests.conftest import config_for, free_port, produce
 
 

@@ -21,8 +21,8 @@ from stream_pipelines.checkpoint import inspect as checkpoints
 from stream_pipelines.checkpoint.inspect import CheckpointError
 from stream_pipelines.checkpoint.reset import reset
 from stream_pipelines.cli import checkpoint_arguments, checkpoint_inspect, checkpoint_reset
-from stream_pipelines.lifecycle import run_streams
-from stream_pipelines.runtime import parse_offsets
+from stream_pipelines.driver.lifecycle import run_streams
+from stream_pipelines.driver.runtime import parse_offsets
 from tests.conftest import (
     Replay,
     committed_batches_of_files,

@@ -11,10 +11,10 @@ import re
 import subprocess
 from pathlib import Path
 
-from stream_pipelines import class_archive
-from stream_pipelines.config import load_config
-from stream_pipelines.runtime import DRIVER_JAVA_OPTIONS, spark_conf
-from stream_pipelines.submit import spark_submit_executable, submit_environment
+from stream_pipelines.core.config import load_config
+from stream_pipelines.launching import class_archive
+from stream_pipelines.launching.spark_conf import DRIVER_JAVA_OPTIONS, spark_conf
+from stream_pipelines.launching.submit import spark_submit_executable, submit_environment
 
 DRIVER = """
 from pyspark.sql import SparkSession

@@ -37,12 +37,12 @@ import pytest
 from pyspark.sql import functions as F
 
 from stream_pipelines.apps import raw_archive, sensor_aggregation
-from stream_pipelines.batch_log import BatchLogRecorder, load_batches
 from stream_pipelines.checkpoint import format as checkpoint_format
-from stream_pipelines.config import PipelineConfig
-from stream_pipelines.exit_codes import ExitCode
+from stream_pipelines.core.config import PipelineConfig
+from stream_pipelines.core.exit_codes import ExitCode
+from stream_pipelines.core.registry import COMPLIANCE_WINDOWS
+from stream_pipelines.driver.batch_log import BatchLogRecorder, load_batches
 from stream_pipelines.reconciliation.job import ReconciliationResult, run_reconciliation
-from stream_pipelines.registry import COMPLIANCE_WINDOWS
 from tests.conftest import (
     Replay,
     batch_watermarks,

@@ -21,11 +21,12 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from stream_pipelines import compacted_days, compaction, maintenance, registry, retention, runtime, store
 from stream_pipelines.apps import raw_archive
 from stream_pipelines.checkpoint import format as checkpoint_format
+from stream_pipelines.core import registry, store
 from stream_pipelines.reconciliation.job import run_reconciliation
-from stream_pipelines.runtime import read_dataset_day, sink_log_names
+from stream_pipelines.tables import compacted_days, compaction, day_reader, maintenance, retention
+from stream_pipelines.tables.day_reader import read_dataset_day, sink_log_names
 from tests.conftest import Replay, run_in_process
 from tests.test_reconcile import (  # noqa: F401 (fixtures)
     DAY,
@@ -151,7 +152,9 @@ def test_a_reader_during_a_compaction_sees_each_day_whole_never_doubled(
 
     def publish_after_a_read(config_, dataset, manifest):
         attempt = compacted_days.unit_url(config_, dataset, manifest.unit) + f"/{manifest.folder}"
-        assert store.entries(store.location(config_, attempt)), "the compacted files are written"
+        assert store.entries(store.location(config_.spark.extra_conf, attempt)), (
+            "the compacted files are written"
+        )
         seen_at_publish.append(compaction.row_digest(read_dataset_day(spark, config_, dataset, DAY)))
         return publish(config_, dataset, manifest)
 
@@ -233,7 +236,7 @@ def test_a_reader_whose_log_read_meets_a_new_version_reads_the_day_again_whole(
     reads are out of step: the reader sees the versions change and reads both again."""
     config = private_copy(scenario, tmp_path)
     expected = compaction.row_digest(read_dataset_day(spark, config, registry.ARCHIVE, DAY))
-    listing = runtime.sink_log_names
+    listing = day_reader.sink_log_names
     interleaved: list[str] = []
 
     def publish_then_forget(config_, dataset):
@@ -244,7 +247,7 @@ def test_a_reader_whose_log_read_meets_a_new_version_reads_the_day_again_whole(
         assert result.units[0].outcome == "published"
         return []  # the log has forgotten every file the new version holds
 
-    monkeypatch.setattr(runtime, "sink_log_names", publish_then_forget)
+    monkeypatch.setattr(day_reader, "sink_log_names", publish_then_forget)
     assert compaction.row_digest(read_dataset_day(spark, config, registry.ARCHIVE, DAY)) == expected
     assert interleaved == ["archive"]
 
@@ -255,7 +258,7 @@ def test_a_file_that_left_the_log_uncompacted_is_reported_and_the_rest_is_compac
     tmp_path,
 ):
     config = private_copy(scenario, tmp_path)
-    folder = store.location(config, registry.ARCHIVE.location(config))
+    folder = store.location(config.spark.extra_conf, registry.ARCHIVE.location(config))
     [listed] = [name for name in sink_log_names(config, registry.ARCHIVE)][:1]
     # A file of another day that the log forgot ten days ago, before anything compacted it.
     lost = "topic=sensors/arrival_date=2025-12-20/part-00000-lost.c000.snappy.parquet"

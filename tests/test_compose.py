@@ -31,8 +31,8 @@ from typing import Any
 import pytest
 import yaml
 
-from stream_pipelines.config import load_config
-from stream_pipelines.registry import APP_NAMES
+from stream_pipelines.core.config import load_config
+from stream_pipelines.core.registry import APP_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_DIR = ROOT / "infra" / "compose"

@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from stream_pipelines.apps import ad_matching, sensor_aggregation
 from stream_pipelines.devtools import generator
-from stream_pipelines.topics import ensure_topics
+from stream_pipelines.kafka.topics import ensure_topics
 from tests.conftest import make_overrides_config, overrides_for, run_app, run_in_process, wait_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]

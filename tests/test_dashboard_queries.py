@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from stream_pipelines.metrics_targets import target_groups
-from stream_pipelines.monitoring_rules import (
+from stream_pipelines.observability.metrics_targets import target_groups
+from stream_pipelines.observability.monitoring_rules import (
     render_prometheus_config,
     rule_files,
     target_group,

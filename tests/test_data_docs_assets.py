@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from stream_pipelines import data_docs_assets, quality_gates
+from stream_pipelines.quality import data_docs_assets
+from stream_pipelines.quality import gates as quality_gates
 from tests.conftest import make_overrides_config
 
 JQUERY_TAG = (

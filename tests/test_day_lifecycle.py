@@ -32,11 +32,11 @@ from pathlib import Path
 
 import pytest
 
-from stream_pipelines import store
+from stream_pipelines.core import store
 from stream_pipelines.devtools import stack
 from stream_pipelines.devtools.processes import free_port, stop_processes
+from stream_pipelines.kafka.topics import ensure_topics
 from stream_pipelines.reconciliation import days
-from stream_pipelines.topics import ensure_topics
 from tests.conftest import (
     make_overrides_config,
     pipeline_environment,
@@ -315,13 +315,16 @@ def test_a_day_goes_from_open_to_signed_off_by_itself(broker, make_overrides, tm
         assert days.state_of(signed) == days.SIGNED_OFF
         assert [s["decision"] for s in signed["sign_offs"]] == ["rejected", "approved"]
         report = store.read_json(
-            store.location(config, f"{config.data_path('reports')}/reconciliation/{day}/report.json")
+            store.location(
+                config.spark.extra_conf, f"{config.data_path('reports')}/reconciliation/{day}/report.json"
+            )
         )
         assert report["sign_off"]["comment"] == "checked the ledger"
         assert days.report_digest(report) == signed["runs"]["final"]["report_digest"]
         beside = store.read_json(
             store.location(
-                config, f"{config.data_path('compliance')}/sensor_windows/event_date={day}/_sign_off.json"
+                config.spark.extra_conf,
+                f"{config.data_path('compliance')}/sensor_windows/event_date={day}/_sign_off.json",
             )
         )
         assert beside["decision"] == "approved" and beside["by"] == "reviewer"

@@ -10,7 +10,7 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
-from stream_pipelines import kafka_clients
+from stream_pipelines.kafka import clients as kafka_clients
 from stream_pipelines.reconciliation import days
 from tests.conftest import create_topic, make_overrides_config
 from tests.test_checkpoints import produce_at

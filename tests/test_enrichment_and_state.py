@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from stream_pipelines.apps import sensor_aggregation
-from stream_pipelines.config import DEFAULT_CONF_DIR
-from stream_pipelines.control import ControlStore
+from stream_pipelines.control.control_store import ControlStore
+from stream_pipelines.core.config import DEFAULT_CONF_DIR
 from stream_pipelines.devtools import generator
-from stream_pipelines.lifecycle import run_streams
+from stream_pipelines.driver.lifecycle import run_streams
 from tests.conftest import (
     Replay,
     create_topic,

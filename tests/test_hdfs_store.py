@@ -22,8 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from stream_pipelines import store
-from stream_pipelines.config import PROJECT_ROOT, ConfigError, load_config
+from stream_pipelines.core import store
+from stream_pipelines.core.config import PROJECT_ROOT, ConfigError, load_config
 from tests.unit.test_checkpoint_on_s3 import (  # noqa: F401
     running_the_fixtures_spark,
     test_a_reset_from_committed_offsets_on_the_remote_store_writes_the_checkpoint_a_local_reset_writes,
@@ -109,10 +109,10 @@ def leftovers(folder) -> list[str]:
 
 
 def test_every_stored_path_on_hdfs_is_served_and_keeps_its_namenode(config, hdfs_root):
-    checkpoints = store.location(config, config.data_path("checkpoints"))
+    checkpoints = store.location(config.spark.extra_conf, config.data_path("checkpoints"))
     assert store.on_hdfs(checkpoints) and not store.on_object_store(checkpoints)
     assert str(checkpoints / "raw_archive") == f"{hdfs_root}/pipeline/checkpoints/raw_archive"
-    assert not store.uses_object_store(config), "HDFS needs no S3A connector"
+    assert not store.uses_object_store(config.stored_urls()), "HDFS needs no S3A connector"
 
 
 def test_a_path_without_a_namenode_takes_spark_default_fs_or_is_refused(hdfs):
@@ -121,7 +121,10 @@ def test_a_path_without_a_namenode_takes_spark_default_fs_or_is_refused(hdfs):
     config = load_config(
         "local", [f"spark.extra_conf.spark.hadoop.fs.defaultFS={hdfs.default_fs}"], environ={}
     )
-    assert str(store.location(config, "hdfs:///somewhere/x")) == f"{hdfs.default_fs}/somewhere/x"
+    assert (
+        str(store.location(config.spark.extra_conf, "hdfs:///somewhere/x"))
+        == f"{hdfs.default_fs}/somewhere/x"
+    )
 
 
 def test_a_store_the_file_layer_does_not_serve_is_still_refused():
@@ -246,7 +249,7 @@ def test_a_local_folder_is_copied_onto_hdfs(folder, tmp_path):
 
 
 def test_the_sensor_metadata_file_is_read_from_hdfs_as_the_workers_read_it(hdfs_root):
-    from stream_pipelines.sensor_metadata import SensorMetadataError, read_metadata_rows
+    from stream_pipelines.inputs.sensor_metadata import SensorMetadataError, read_metadata_rows
 
     local = PROJECT_ROOT / "conf" / "sensor_metadata.csv"
     url = f"{hdfs_root}/datasets/sensors/sensor_metadata.csv"
@@ -258,7 +261,7 @@ def test_the_sensor_metadata_file_is_read_from_hdfs_as_the_workers_read_it(hdfs_
 
 FORK_AFTER_HDFS = """
 import os, subprocess, sys, time
-from stream_pipelines import store
+from stream_pipelines.core import store
 # The file layer's HDFS client, used and then dropped by its caller, as the demo and the nightly job do
 # before they launch Spark's JVM (pyspark forks with a preexec_fn, so Python runs in the child).
 assert store.entries(store.location(None, sys.argv[1])) is not None

@@ -22,14 +22,14 @@ from pathlib import Path
 import pytest
 
 from stream_pipelines.airflow import health
-from stream_pipelines.config import PROJECT_ROOT, load_config
-from stream_pipelines.control import ControlStore
+from stream_pipelines.control.control_store import ControlStore
+from stream_pipelines.control.lease import Lease, LeaseKeeper
+from stream_pipelines.core.config import PROJECT_ROOT, load_config
+from stream_pipelines.core.store import write_atomically, write_json
 from stream_pipelines.devtools import stack
 from stream_pipelines.devtools.processes import free_port, stop_processes
-from stream_pipelines.lease import Lease, LeaseKeeper
-from stream_pipelines.metrics import MetricsExporter, observe_event_time, observe_quarantine
-from stream_pipelines.monitoring_rules import render_prometheus_config
-from stream_pipelines.store import write_atomically, write_json
+from stream_pipelines.observability.metrics import MetricsExporter, observe_event_time, observe_quarantine
+from stream_pipelines.observability.monitoring_rules import render_prometheus_config
 from tests.conftest import pipeline_environment, wait_for
 
 APP = "sensor_aggregation"
@@ -373,7 +373,7 @@ def test_late_drops_and_quarantined_rows_of_the_last_hour_come_from_prometheus_w
     import yaml
     from prometheus_client import CollectorRegistry, start_http_server
 
-    from stream_pipelines.metrics import ProgressRecorder
+    from stream_pipelines.observability.metrics import ProgressRecorder
     from tests.unit.test_health_page import progress
 
     binary = shutil.which("prometheus")

@@ -7,9 +7,9 @@ import uuid
 
 import pytest
 
-from stream_pipelines.config import TopicSettings
-from stream_pipelines.runtime import parse_offsets as offsets
-from stream_pipelines.runtime import read_raw
+from stream_pipelines.core.config import TopicSettings
+from stream_pipelines.driver.runtime import parse_offsets as offsets
+from stream_pipelines.driver.runtime import read_raw
 from tests.conftest import create_topic, make_overrides_config, produce, wait_for
 
 pytestmark = pytest.mark.broker

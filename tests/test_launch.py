@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from stream_pipelines.exit_codes import ExitCode
-from stream_pipelines.topics import ensure_topics
+from stream_pipelines.core.exit_codes import ExitCode
+from stream_pipelines.kafka.topics import ensure_topics
 from tests.conftest import make_overrides_config, private_source_topics, run_app
 
 pytestmark = [pytest.mark.broker]

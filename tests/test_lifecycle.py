@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from stream_pipelines.control import ControlStore
-from stream_pipelines.exit_codes import ExitCode
-from stream_pipelines.lifecycle import run_streams
-from stream_pipelines.runtime import StreamSink, read_raw
+from stream_pipelines.control.control_store import ControlStore
+from stream_pipelines.core.exit_codes import ExitCode
+from stream_pipelines.driver.lifecycle import run_streams
+from stream_pipelines.driver.runtime import StreamSink, read_raw
 from tests.conftest import Replay, files_source_overrides, make_overrides_config, wait_for
 
 APP = "raw_archive"
@@ -62,8 +62,8 @@ def test_a_query_that_fails_while_draining_makes_the_app_fail(spark, make_overri
 
 @pytest.mark.broker
 def test_a_missing_sink_topic_is_refused_at_start_up_with_the_topic_named(broker, make_overrides, capsys):
-    from stream_pipelines.lifecycle import run_app
-    from stream_pipelines.topics import ensure_topics
+    from stream_pipelines.driver.lifecycle import run_app
+    from stream_pipelines.kafka.topics import ensure_topics
 
     ensure_topics(make_overrides_config(make_overrides()))
     overrides = make_overrides("kafka.topics.sliding_averages.name=no-such-sliding-topic")
@@ -80,8 +80,8 @@ def test_a_missing_sink_topic_is_refused_at_start_up_with_the_topic_named(broker
 def test_a_second_run_of_a_running_app_refuses_and_the_first_is_unaffected(broker, make_overrides, tmp_path):
     import subprocess
 
-    from stream_pipelines.lease import Lease
-    from stream_pipelines.topics import ensure_topics
+    from stream_pipelines.control.lease import Lease
+    from stream_pipelines.kafka.topics import ensure_topics
     from tests.conftest import private_source_topics, produce, run_app
 
     overrides = make_overrides("archive.trigger=1 seconds", *private_source_topics())
@@ -128,7 +128,7 @@ def test_a_failed_query_restarts_inside_the_driver_while_the_others_run_on_until
     checkpoint in the same driver (the batch redone, nothing lost), counted once as an in-driver
     restart, while the app's other query runs on untouched; once it keeps failing past
     supervision.in_driver_restarts, the driver gives up and exits QUERY_FAILED saying why."""
-    from stream_pipelines.recovery import QueryRecovery
+    from stream_pipelines.driver.recovery import QueryRecovery
 
     replay = Replay(tmp_path / "replay")
     config = make_overrides_config(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer
 
-from stream_pipelines.topics import ensure_topics
+from stream_pipelines.kafka.topics import ensure_topics
 from tests.conftest import kill_processes_of, make_overrides_config, private_source_topics
 
 # A day of events, as the stack's generator is started: generating all of it up front takes seconds.

@@ -9,9 +9,10 @@ import os
 import time
 from datetime import UTC, datetime, timedelta
 
-from stream_pipelines import compacted_days, registry, retention, store
-from stream_pipelines.batch_log import parse_batch_log, query_log_dir
-from stream_pipelines.config import load_config
+from stream_pipelines.core import registry, store
+from stream_pipelines.core.config import load_config
+from stream_pipelines.driver.batch_log import parse_batch_log, query_log_dir
+from stream_pipelines.tables import compacted_days, retention
 from tests.conftest import start_dag_test
 from tests.unit.test_output_sweep import build_sink, parquet_bytes
 from tests.unit.test_retention import LISTED_OLD, NEW, OLD, write_batches
@@ -36,7 +37,7 @@ def test_the_dag_removes_what_outlived_its_retention_and_records_it(airflow_env,
     write_batches(config, registry.AD_MATCHING.name, "matches", range(5))
     for batch in range(3):
         age(batches / "offsets" / str(batch), 9)
-    checkpoints = store.location(config, config.data_path("checkpoints")) / "ad_matching"
+    checkpoints = store.location(config.spark.extra_conf, config.data_path("checkpoints")) / "ad_matching"
     stamp = (datetime.now(UTC) - timedelta(days=40)).strftime("%Y%m%dT%H%M%SZ")
     store.write_atomically(checkpoints / f"ctr.reset-{stamp}" / "metadata", '{"id": "x"}')
     store.write_atomically(checkpoints / "ctr" / "metadata", '{"id": "live"}')
@@ -58,7 +59,7 @@ def test_the_dag_removes_what_outlived_its_retention_and_records_it(airflow_env,
     assert f"archive {recent}: compacting 1 new file(s) into version 1" in output, output[-4000:]
     assert compacted_days.latest(config, registry.ARCHIVE, recent).rows == 1
 
-    records = store.location(config, f"{config.data_path('reports')}/maintenance")
+    records = store.location(config.spark.extra_conf, f"{config.data_path('reports')}/maintenance")
     [record] = [json.loads((records / name).read_text()) for name in store.entries(records)]
     assert record["retention"]["archive"] == "400 days"
     swept = next(sink for sink in record["sinks"] if sink["dataset"] == "archive")

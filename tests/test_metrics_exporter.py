@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from stream_pipelines.config import PipelineConfig, load_config
-from stream_pipelines.control import ControlStore
+from stream_pipelines.control.control_store import ControlStore
+from stream_pipelines.core.config import PipelineConfig, load_config
 from stream_pipelines.devtools.generator import format_ts
-from stream_pipelines.metrics import (
+from stream_pipelines.observability.metrics import (
     METRICS,
     MetricsExporter,
     MetricsPortInUseError,
@@ -112,7 +112,7 @@ def sensor_stream(spark: SparkSession, config: PipelineConfig, source_dir: Path)
     """The shape of the sensor app's input: raw Kafka-like rows -> parse -> observe -> watermark."""
     from pyspark.sql import functions as F
 
-    from stream_pipelines.parsing import SENSOR_READING, parse_events, valid_events
+    from stream_pipelines.inputs.parsing import SENSOR_READING, parse_events, valid_events
 
     raw = (
         spark.readStream.schema(SOURCE_SCHEMA)

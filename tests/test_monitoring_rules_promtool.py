@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from stream_pipelines.monitoring_rules import write_rules
+from stream_pipelines.observability.monitoring_rules import write_rules
 
 
 def test_written_rules_pass_promtool(tmp_path: Path) -> None:

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from stream_pipelines import store
 from stream_pipelines.airflow.nightly import event_day
-from stream_pipelines.config import PROJECT_ROOT
+from stream_pipelines.core import store
+from stream_pipelines.core.config import PROJECT_ROOT
 from stream_pipelines.devtools import stack
 
 DAG_FILE = PROJECT_ROOT / "dags" / "nightly_reconciliation.py"

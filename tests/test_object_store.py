@@ -18,14 +18,15 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from stream_pipelines import maintenance, registry, store
-from stream_pipelines.batch_log import load_batches
 from stream_pipelines.checkpoint import format as checkpoint_format
 from stream_pipelines.checkpoint.inspect import preflight
-from stream_pipelines.control import ControlStore
+from stream_pipelines.control.control_store import ControlStore
+from stream_pipelines.control.lease import Lease
+from stream_pipelines.core import registry, store
 from stream_pipelines.devtools import generator
-from stream_pipelines.lease import Lease
-from stream_pipelines.topics import ensure_topics
+from stream_pipelines.driver.batch_log import load_batches
+from stream_pipelines.kafka.topics import ensure_topics
+from stream_pipelines.tables import maintenance
 from tests.conftest import (
     committed_rows,
     make_overrides_config,
@@ -58,7 +59,9 @@ def test_the_raw_archive_on_a_remote_store_survives_a_kill_minus_nine_exactly_on
         "archive.trigger=1 seconds",
     )
     config = make_overrides_config(overrides)
-    assert on_the_store(store.location(config, config.checkpoint_dir("raw_archive", "archive")))
+    assert on_the_store(
+        store.location(config.spark.extra_conf, config.checkpoint_dir("raw_archive", "archive"))
+    )
     ensure_topics(config)
     spec = generator.ScenarioSpec(
         seed=13,
@@ -70,7 +73,7 @@ def test_the_raw_archive_on_a_remote_store_survives_a_kill_minus_nine_exactly_on
     records = generator.generate(spec)
     generator.produce_to_kafka(records, config.kafka_client_config())
 
-    checkpoint = store.location(config, config.checkpoint_dir("raw_archive", "archive"))
+    checkpoint = store.location(config.spark.extra_conf, config.checkpoint_dir("raw_archive", "archive"))
 
     def in_flight() -> int | None:
         """A batch planned but not committed, after the first commit. Offsets are listed before commits:
@@ -113,7 +116,7 @@ def test_the_raw_archive_on_a_remote_store_survives_a_kill_minus_nine_exactly_on
 
     # What the interrupted batch left (if S3A had closed a file) goes with the output sweep; then a
     # plain Parquet reader of the whole folder sees exactly the committed rows.
-    archive = store.location(config, config.data_path("archive"))
+    archive = store.location(config.spark.extra_conf, config.data_path("archive"))
     sweep = maintenance.sweep_outputs(config, 0, now=time.time() + 60, datasets=[registry.ARCHIVE])[0]
     assert sweep.refused is None and sweep.committed_files == len(checkpoint_format.sink_files(archive))
     plainly = ds.dataset(archive.path, filesystem=archive.fs, format="parquet", partitioning="hive")
@@ -137,8 +140,8 @@ def test_ad_matching_on_a_remote_store_agrees_with_the_nightly_exact_recompute(
     root, on_the_store = remote_store
     import json
 
+    from stream_pipelines.core.registry import AD_MATCHES
     from stream_pipelines.reconciliation.report import report_dir
-    from stream_pipelines.registry import AD_MATCHES
 
     overrides = make_overrides(*private_source_topics(), *root, f"paths.scratch={tmp_path}/data/scratch")
     config = make_overrides_config(overrides)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from stream_pipelines.devtools import generator
-from stream_pipelines.parsing import (
+from stream_pipelines.inputs.parsing import (
     CLICK,
     IMPRESSION,
     QUARANTINE_SCHEMA,
@@ -25,14 +25,14 @@ def raw_frame(spark, payloads: list[bytes | None], topic: str = "sensors"):
 
 
 def reasons(spark, payloads, event_type=SENSOR_READING, quality=None):
-    from stream_pipelines.config import QualitySettings
+    from stream_pipelines.core.config import QualitySettings
 
     parsed = parse_events(raw_frame(spark, payloads), event_type, quality or QualitySettings())
     return [row["quarantine_reason"] for row in parsed.orderBy("offset").collect()]
 
 
 def test_valid_reading_is_typed_and_keeps_its_coordinates(spark):
-    from stream_pipelines.config import QualitySettings
+    from stream_pipelines.core.config import QualitySettings
 
     payload = (
         b'{"event_id":"e1","sensor_id":"sensor-0001","temperature":21.5,"ts":"2026-01-01T00:00:01.250Z"}'
@@ -72,7 +72,7 @@ def test_each_kind_of_bad_record_gets_its_reason(spark):
 
 
 def test_quarantine_rows_keep_payload_reason_and_coordinates(spark):
-    from stream_pipelines.config import QualitySettings
+    from stream_pipelines.core.config import QualitySettings
 
     parsed = parse_events(raw_frame(spark, [b"{not json", b'{"event_id":1}']), IMPRESSION, QualitySettings())
     rows = quarantined_events(parsed, IMPRESSION).orderBy("offset").collect()
@@ -85,7 +85,7 @@ def test_quarantine_rows_keep_payload_reason_and_coordinates(spark):
 
 def test_generated_scenario_splits_without_loss(spark):
     """Every generated record lands on exactly one side; every malformed one is quarantined."""
-    from stream_pipelines.config import QualitySettings
+    from stream_pipelines.core.config import QualitySettings
 
     mix = generator.DelayMix(malformed_share=0.05)
     spec = generator.ScenarioSpec(seed=3, duration_s=120, sensor_rate=10, ad_rate=5, mix=mix)
@@ -119,7 +119,7 @@ def filters_that_parse_json(frame) -> list[str]:
 def test_the_valid_quarantine_split_parses_each_record_once(spark):
     # A plain where() on quarantine_reason let the optimizer push the filter below the parse and
     # inline the parse into it once per field it reads: 34 JSON parses in the plan, 4x the CPU a row.
-    from stream_pipelines.config import QualitySettings
+    from stream_pipelines.core.config import QualitySettings
 
     for event_type, topic in ((SENSOR_READING, "sensors"), (IMPRESSION, "impressions"), (CLICK, "clicks")):
         parsed = parse_events(raw_frame(spark, [b"{}"], topic), event_type, QualitySettings())

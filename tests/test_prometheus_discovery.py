@@ -18,11 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from stream_pipelines.config import load_config
-from stream_pipelines.control import ControlStore
+from stream_pipelines.control.control_store import ControlStore
+from stream_pipelines.core.config import load_config
 from stream_pipelines.devtools.processes import stop_process_group
-from stream_pipelines.metrics import MetricsExporter
-from stream_pipelines.monitoring_rules import APPS_JOB, render_prometheus_config
+from stream_pipelines.observability.metrics import MetricsExporter
+from stream_pipelines.observability.monitoring_rules import APPS_JOB, render_prometheus_config
 from tests.monitoring_stack import api, prometheus_server, wait_until
 
 APP = "raw_archive"

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from stream_pipelines.config import load_config
-from stream_pipelines.metrics import MetricsExporter
-from stream_pipelines.monitoring_rules import RULES_DIR, render_prometheus_config
+from stream_pipelines.core.config import load_config
+from stream_pipelines.observability.metrics import MetricsExporter
+from stream_pipelines.observability.monitoring_rules import RULES_DIR, render_prometheus_config
 from tests.monitoring_stack import api, prometheus_server, wait_until
 from tests.test_alert_rules import ALERTS
 

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from stream_pipelines import quality_gates, store
-from stream_pipelines.registry import COMPLIANCE_WINDOWS
+from stream_pipelines.core import store
+from stream_pipelines.core.registry import COMPLIANCE_WINDOWS
+from stream_pipelines.quality import gates as quality_gates
 from tests.conftest import make_overrides_config
 
 compliance_dir = COMPLIANCE_WINDOWS.location
@@ -111,7 +112,7 @@ def test_data_docs_are_published_to_the_object_store_and_linked_from_the_result(
     assert result.success
     assert result.data_docs.startswith(f"{config.data_path('gx')}/")
     assert result.data_docs.endswith("/index.html")
-    site = store.location(config, result.data_docs.removesuffix("/index.html"))
+    site = store.location(config.spark.extra_conf, result.data_docs.removesuffix("/index.html"))
     published = store.files_under(site)
     assert "index.html" in published
     assert any(name.startswith("validations/") for name in published), published

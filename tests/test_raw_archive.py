@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from stream_pipelines.devtools import generator
-from stream_pipelines.topics import ensure_topics
+from stream_pipelines.kafka.topics import ensure_topics
 from tests.conftest import make_overrides_config, private_source_topics, run_app, wait_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]

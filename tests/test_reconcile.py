@@ -29,17 +29,20 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import functions as F
 
-from stream_pipelines import compacted_days, registry, store
 from stream_pipelines.apps import raw_archive, sensor_aggregation
-from stream_pipelines.batch_log import (
+from stream_pipelines.core import registry, store
+from stream_pipelines.core.config import PipelineConfig
+from stream_pipelines.core.config import ReconciliationTolerances as Tolerances
+from stream_pipelines.core.registry import COMPLIANCE_WINDOWS
+from stream_pipelines.core.resource_manager import ENDED_STATES, ResourceManager
+from stream_pipelines.driver.batch_log import (
     BatchLogRecorder,
     BatchRecord,
     copy_checkpoint_logs,
     load_batches,
     parse_batch_log,
 )
-from stream_pipelines.config import PipelineConfig
-from stream_pipelines.config import ReconciliationTolerances as Tolerances
+from stream_pipelines.launching.submit import compact_submit_command, submit_environment
 from stream_pipelines.reconciliation.advisor import late_watermarks
 from stream_pipelines.reconciliation.job import (
     ReconciliationResult,
@@ -48,9 +51,7 @@ from stream_pipelines.reconciliation.job import (
 )
 from stream_pipelines.reconciliation.ledger import with_batches
 from stream_pipelines.reconciliation.report import report_dir
-from stream_pipelines.registry import COMPLIANCE_WINDOWS
-from stream_pipelines.resource_manager import ENDED_STATES, ResourceManager
-from stream_pipelines.submit import compact_submit_command, submit_environment
+from stream_pipelines.tables import compacted_days
 from tests.conftest import (
     Replay,
     create_topic,
@@ -443,7 +444,7 @@ def test_each_delivery_meets_exactly_the_batch_whose_offset_range_holds_it(spark
 
 def test_a_stream_match_on_an_event_not_yet_archived_is_pending_not_unexplained(spark):
     # A live stack: the ad app matched click-late after the nightly read the archive, which lacks it.
-    from stream_pipelines.config import Duration
+    from stream_pipelines.core.config import Duration
     from stream_pipelines.reconciliation.ads import diff_matches
 
     shown = datetime(2026, 11, 23, 10, 0)
@@ -517,7 +518,9 @@ def test_a_stream_window_with_events_not_yet_archived_is_pending_and_archived_on
 
 def compliance_rows_on_store(config: PipelineConfig, day: date = DAY) -> dict:
     """Day D's compliance rows read with pyarrow through the file layer (another reader than Spark)."""
-    partition = store.location(config, f"{compliance_dir(config)}/event_date={day.isoformat()}")
+    partition = store.location(
+        config.spark.extra_conf, f"{compliance_dir(config)}/event_date={day.isoformat()}"
+    )
     rows = {}
     for name in store.files_under(partition):
         if not name.endswith(".parquet"):

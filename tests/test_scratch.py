@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from stream_pipelines.control import ControlStore
-from stream_pipelines.topics import ensure_topics
+from stream_pipelines.control.control_store import ControlStore
+from stream_pipelines.kafka.topics import ensure_topics
 from tests.conftest import make_overrides_config, private_source_topics, produce, run_app, wait_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]

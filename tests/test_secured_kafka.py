@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
+from stream_pipelines.core.exit_codes import ExitCode
 from stream_pipelines.devtools.tls import KEY_FORMS
-from stream_pipelines.exit_codes import ExitCode
 from tests.conftest import (
     SecuredKafka,
     create_topic,
@@ -129,7 +129,7 @@ def test_every_client_runs_over_the_secured_listener(
     assert windows.count() > 0
 
     # The watchdog's offset reads: everything the archive read is on the broker, nothing waits.
-    from stream_pipelines.watchdog import KafkaBacklog
+    from stream_pipelines.observability.watchdog import KafkaBacklog
 
     backlog = KafkaBacklog(config)
     try:
@@ -166,7 +166,7 @@ def test_every_client_runs_over_the_secured_listener(
     assert not any(secret in text for secret in secrets), f"a secret in the log; see {log}"
     if protocol == "mutual_tls":
         assert config.kafka.security.key_password_env is not None
-        from stream_pipelines.tls_files import java_client_key, open_client_key
+        from stream_pipelines.core.tls_files import java_client_key, open_client_key
 
         key = open_client_key(config.kafka.security.key_file, secrets[-1], None)
         plain = key.private_bytes(Encoding.DER, PrivateFormat.PKCS8, NoEncryption())
@@ -209,9 +209,9 @@ REFUSALS = ("wrong password", "unknown CA", "untrusted client certificate")
 def test_a_refused_connection_is_a_configuration_error_named_at_start_up(
     broker, secured_kafka, make_overrides, monkeypatch, tmp_path, capsys, case
 ):
-    from stream_pipelines.kafka_clients import KafkaAccessRefused
-    from stream_pipelines.lifecycle import run_app as run_driver
-    from stream_pipelines.topics import require_topics
+    from stream_pipelines.driver.lifecycle import run_app as run_driver
+    from stream_pipelines.kafka.clients import KafkaAccessRefused
+    from stream_pipelines.kafka.topics import require_topics
 
     settings, environment, said = refused_settings(secured_kafka, case)
     for name, value in environment.items():
@@ -246,7 +246,7 @@ def test_the_supervisor_fails_a_refused_login_at_once_without_retrying(
 ):
     """A broker's refusal (at the start checks) and a client key that does not open (at config load,
     in the task and in its retry policy alike) each fail the supervisor's first try, never retried."""
-    from stream_pipelines.control import ControlStore
+    from stream_pipelines.control.control_store import ControlStore
 
     if case == "wrong key password":
         settings = secured_kafka.mutual_tls()
@@ -281,8 +281,8 @@ def test_every_key_form_openssl_writes_works_in_both_client_families(
     Kafka's Java client (Spark's Kafka source, reading what was written) are both let in."""
     from confluent_kafka import Producer
 
-    from stream_pipelines.kafka_clients import cluster_metadata
-    from stream_pipelines.runtime import kafka_source_options
+    from stream_pipelines.driver.runtime import kafka_source_options
+    from stream_pipelines.kafka.clients import cluster_metadata
 
     for name, value in secured_kafka.environment().items():
         monkeypatch.setenv(name, value)

@@ -15,9 +15,10 @@ import pyarrow.dataset as ds
 import pytest
 from pyspark.sql import functions as F
 
-from stream_pipelines import maintenance, registry, retention, store
 from stream_pipelines.checkpoint import format as checkpoint_format
-from stream_pipelines.config import load_config
+from stream_pipelines.core import registry, store
+from stream_pipelines.core.config import load_config
+from stream_pipelines.tables import maintenance, retention
 
 SINK_RETENTION_S = 4
 COMPACT_INTERVAL = 10
@@ -62,7 +63,7 @@ def run_sink(spark, config, batches: int) -> None:
 def test_the_sink_log_forgets_old_files_and_the_sweep_removes_them_while_readers_agree(spark, config):
     # Enough batches for two compactions, with more than the retention between them.
     run_sink(spark, config, batches=3 * COMPACT_INTERVAL)
-    folder = store.location(config, TEST_SINK.location(config))
+    folder = store.location(config.spark.extra_conf, TEST_SINK.location(config))
     on_disk = maintenance.data_files(folder)
     listed = checkpoint_format.committed_names(
         checkpoint_format.sink_files(folder), TEST_SINK.location(config)

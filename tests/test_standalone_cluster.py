@@ -25,7 +25,7 @@ import pytest
 
 from stream_pipelines.devtools import generator
 from stream_pipelines.devtools.standalone import StandaloneCluster
-from stream_pipelines.topics import ensure_topics
+from stream_pipelines.kafka.topics import ensure_topics
 from tests.conftest import Replay, create_topic, files_source_overrides, make_overrides_config, run_app
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from stream_pipelines.control import ControlStore, apply_action
+from stream_pipelines.control.control_store import ControlStore, apply_action
 from tests.conftest import (
     SUPERVISED_ARCHIVE,
     make_overrides_config,

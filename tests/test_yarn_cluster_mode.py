@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from stream_pipelines.checkpoint.inspect import inspect
-from stream_pipelines.control import ControlStore, app_status, apply_action
-from stream_pipelines.lease import Lease, LeaseRecord
-from stream_pipelines.procfs import process_exists
-from stream_pipelines.resource_manager import ENDED_STATES, ResourceManager
+from stream_pipelines.control.control_store import ControlStore, app_status, apply_action
+from stream_pipelines.control.lease import Lease, LeaseRecord
+from stream_pipelines.core.procfs import process_exists
+from stream_pipelines.core.resource_manager import ENDED_STATES, ResourceManager
 from tests.conftest import (
     SUPERVISED_ARCHIVE,
     make_overrides_config,

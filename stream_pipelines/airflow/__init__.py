@@ -5,7 +5,7 @@ health data). The DAG files in dags/ and the plugin in plugins/ only wire these.
 
 from __future__ import annotations
 
-from stream_pipelines.config import ConfigError, PipelineConfig, load_config
+from stream_pipelines.core.config import ConfigError, PipelineConfig, load_config
 
 
 def task_config() -> PipelineConfig:

@@ -19,10 +19,11 @@ from typing import Any
 from airflow.sdk import Asset
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from stream_pipelines import kafka_clients, registry, store
 from stream_pipelines.airflow import task_config
 from stream_pipelines.airflow.nightly import first_event_day
-from stream_pipelines.config import Duration
+from stream_pipelines.core import registry, store
+from stream_pipelines.core.config import Duration
+from stream_pipelines.kafka import clients as kafka_clients
 from stream_pipelines.reconciliation import days
 
 log = logging.getLogger(__name__)
@@ -230,7 +231,7 @@ def record_sign_off(shown: dict[str, Any], response: dict[str, Any] | None) -> d
     # readers skip names starting with "_"; a rerun's overwrite of the partition removes it), then in the
     # report, unless a rerun has replaced it meanwhile (its record_run clears this sign-off).
     compliance = store.location(
-        config, f"{registry.COMPLIANCE_WINDOWS.location(config)}/event_date={shown['day']}"
+        config.spark.extra_conf, f"{registry.COMPLIANCE_WINDOWS.location(config)}/event_date={shown['day']}"
     )
     if compliance.is_dir():
         store.write_json(compliance / "_sign_off.json", decision)

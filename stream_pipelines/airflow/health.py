@@ -3,7 +3,7 @@
 Sources, each read on its own so that one that does not answer shows as "unreachable" instead of
 failing the page:
 
-- the control store (``control.app_status``, restarts within the crash-loop window);
+- the control store (``control_store.app_status``, restarts within the crash-loop window);
 - the app's lease (owner, heartbeat age; a stale heartbeat of a live driver is the watchdog's "stuck");
 - the checkpoint's commit log (last committed batch and when it was committed);
 - the app's metrics endpoint (rates, watermark, state rows, per-partition event time, counters);
@@ -33,16 +33,16 @@ from typing import Any
 
 import yaml
 
-from stream_pipelines import store
-from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
-from stream_pipelines.control import AppStatus, ControlStore, Restarts, app_status
-from stream_pipelines.lease import Lease, LeaseRecord
-from stream_pipelines.procfs import process_exists
+from stream_pipelines.control.control_store import AppStatus, ControlStore, Restarts, app_status
+from stream_pipelines.control.lease import Lease, LeaseRecord
+from stream_pipelines.core import store
+from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig
+from stream_pipelines.core.procfs import process_exists
+from stream_pipelines.core.registry import APP_NAMES, APPS, spark_query_name
+from stream_pipelines.core.registry import app as declared_app
+from stream_pipelines.core.store import StoreError
+from stream_pipelines.observability.watchdog import Watchdog, WatchdogSettings
 from stream_pipelines.reconciliation import days as day_states
-from stream_pipelines.registry import APP_NAMES, APPS, spark_query_name
-from stream_pipelines.registry import app as declared_app
-from stream_pipelines.store import StoreError
-from stream_pipelines.watchdog import Watchdog, WatchdogSettings
 
 ALERT_RULES = PROJECT_ROOT / "monitoring" / "rules" / "streaming_pipelines.yml"
 WATERMARK_LAG_ALERT = "WatermarkLagHigh"
@@ -52,7 +52,7 @@ COUNT_WINDOW = "1h"
 RECONCILIATION_DAYS_SHOWN = 7
 SOURCE_TIMEOUT_S = 3.0
 
-# What the page calls each state of control.app_status, plus "stuck" (the watchdog's verdict).
+# What the page calls each state of control_store.app_status, plus "stuck" (the watchdog's verdict).
 _PAGE_STATES = {
     "running": "running",
     "starting": "starting",
@@ -473,7 +473,7 @@ def last_committed(config: PipelineConfig, app: str) -> dict[str, CommittedBatch
     """Per query (``app.name``): the newest batch in its checkpoint's commit log and when it was written."""
     found: dict[str, CommittedBatch | None] = {}
     for name in declared_app(app).query_names:
-        commits = store.location(config, config.checkpoint_dir(app, name)) / "commits"
+        commits = store.location(config.spark.extra_conf, config.checkpoint_dir(app, name)) / "commits"
         entries = {
             int(entry): modified
             for entry, (_size, modified) in store.entries(commits).items()

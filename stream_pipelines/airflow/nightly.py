@@ -16,7 +16,7 @@ from datetime import date, datetime
 from typing import Any
 
 from stream_pipelines.airflow import task_config
-from stream_pipelines.config import PipelineConfig
+from stream_pipelines.core.config import PipelineConfig
 
 log = logging.getLogger(__name__)
 # The first event day to reconcile (the go-live day): the day states watch every day since, and none
@@ -65,13 +65,13 @@ def requested_kind(triggering_events: Any, day: str) -> str | None:
 
 
 def _spark(config: PipelineConfig, name: str):
-    from stream_pipelines.runtime import get_spark
+    from stream_pipelines.driver.runtime import get_spark
 
     return get_spark(config, name)
 
 
 def gate_raw_events(day: str) -> dict[str, Any]:
-    from stream_pipelines import quality_gates
+    from stream_pipelines.quality import gates as quality_gates
 
     config = task_config()
     result = quality_gates.raw_events_gate(config, date.fromisoformat(day), _spark(config, "nightly_gx"))
@@ -87,7 +87,7 @@ def _job_line_level(line: str) -> int:
 
 def reconcile(day: str) -> str:
     """spark-submit spark_apps/reconcile.py for D; a non-zero exit fails the task with the job's message."""
-    from stream_pipelines.submit import reconcile_submit_command
+    from stream_pipelines.launching.submit import reconcile_submit_command
 
     run_logged(
         reconcile_submit_command(task_config(), date.fromisoformat(day)),
@@ -102,7 +102,7 @@ def run_logged(command: list[str], verdict_prefix: str, what: str) -> None:
     progress while the job runs, not all at once when it ends; each line keeps Spark's own level, so its
     INFO chatter does not show as errors. A non-zero exit raises with the job's last verdict line (one
     starting with ``<verdict_prefix>:``), else its last lines."""
-    from stream_pipelines.submit import submit_environment
+    from stream_pipelines.launching.submit import submit_environment
 
     verdicts: list[str] = []
     last_lines: deque[str] = deque(maxlen=40)
@@ -125,7 +125,7 @@ def run_logged(command: list[str], verdict_prefix: str, what: str) -> None:
 
 
 def gate_outputs(day: str) -> list[dict[str, Any]]:
-    from stream_pipelines import quality_gates
+    from stream_pipelines.quality import gates as quality_gates
 
     config = task_config()
     spark = _spark(config, "nightly_gx")

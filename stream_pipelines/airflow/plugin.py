@@ -31,11 +31,11 @@ from airflow.sdk.exceptions import AirflowFailException
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from stream_pipelines import store
 from stream_pipelines.airflow import health, task_config
 from stream_pipelines.airflow.nightly import first_event_day
+from stream_pipelines.core import store
+from stream_pipelines.core.registry import query_of
 from stream_pipelines.reconciliation import days
-from stream_pipelines.registry import query_of
 
 URL_PREFIX = "/streaming-pipeline"
 PAGE_NAME = "Streaming pipeline"

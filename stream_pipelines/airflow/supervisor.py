@@ -33,15 +33,15 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.definitions.retry_policy import RetryDecision, RetryPolicy
 
-from stream_pipelines import yarn_driver
 from stream_pipelines.airflow import task_config
-from stream_pipelines.control import ControlStore, CrashLoopError, should_run
-from stream_pipelines.exit_codes import NOT_RETRIED, ExitCode
-from stream_pipelines.lease import Lease, live_owner
-from stream_pipelines.procfs import group_running, process_exists
-from stream_pipelines.registry import app as declared_app
-from stream_pipelines.resource_manager import ResourceManager, YarnApplication
-from stream_pipelines.watchdog import KafkaBacklog, Watchdog, WatchdogSettings, query_backlog
+from stream_pipelines.control.control_store import ControlStore, CrashLoopError, should_run
+from stream_pipelines.control.lease import Lease, live_owner
+from stream_pipelines.core.exit_codes import NOT_RETRIED, ExitCode
+from stream_pipelines.core.procfs import group_running, process_exists
+from stream_pipelines.core.registry import app as declared_app
+from stream_pipelines.core.resource_manager import ResourceManager, YarnApplication
+from stream_pipelines.launching import yarn_driver
+from stream_pipelines.observability.watchdog import KafkaBacklog, Watchdog, WatchdogSettings, query_backlog
 
 
 class SupervisorRetryPolicy(RetryPolicy):
@@ -157,8 +157,8 @@ class StreamingAppOperator(SparkSubmitOperator):
     def execute(self, context: Any) -> None:
         from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-        from stream_pipelines.launch import StartRefused, prepare
-        from stream_pipelines.submit import submit_environment
+        from stream_pipelines.launching.launch import StartRefused, prepare
+        from stream_pipelines.launching.submit import submit_environment
 
         config = task_config()
         wanted, why = should_run(config, self.app)

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from stream_pipelines import maintenance
 from stream_pipelines.airflow import task_config
 from stream_pipelines.airflow.nightly import run_logged
 from stream_pipelines.checkpoint.inspect import CheckpointError
 from stream_pipelines.checkpoint.reset import parse_offsets_argument, parse_reset_time, reset
-from stream_pipelines.control import ControlStore, app_status, apply_action
-from stream_pipelines.kafka_clients import KafkaAccessRefused
-from stream_pipelines.registry import APP_NAMES
+from stream_pipelines.control.control_store import ControlStore, app_status, apply_action
+from stream_pipelines.core.registry import APP_NAMES
+from stream_pipelines.kafka.clients import KafkaAccessRefused
+from stream_pipelines.tables import maintenance
 
 
 def control_app(app: str, action: str, reason: str, requested_by: str) -> str:
@@ -67,7 +67,7 @@ def compact(params: dict[str, Any]) -> str:
     """The output_maintenance DAG's first task: the compaction job (spark-submit), its lines in the task
     log; fails when a sink's compaction failed, or a file left (or is about to leave) its sink's log
     before a compacted version held its days."""
-    from stream_pipelines.submit import compact_submit_command
+    from stream_pipelines.launching.submit import compact_submit_command
 
     config = task_config()
     run_logged(compact_submit_command(config, dry_run=bool(params.get("dry_run"))), "compact", "compaction")

@@ -19,17 +19,17 @@ from typing import TYPE_CHECKING
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from stream_pipelines.config import Duration
-from stream_pipelines.metrics import observe_quarantine
-from stream_pipelines.parsing import CLICK, IMPRESSION, parse_events, quarantined_events, valid_events
-from stream_pipelines.registry import AD_MATCHING
-from stream_pipelines.runtime import file_sink, read_raw
+from stream_pipelines.core.config import Duration
+from stream_pipelines.core.registry import AD_MATCHING
+from stream_pipelines.driver.runtime import file_sink, read_raw
+from stream_pipelines.inputs.parsing import CLICK, IMPRESSION, parse_events, quarantined_events, valid_events
+from stream_pipelines.observability.metrics import observe_quarantine
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from stream_pipelines.config import PipelineConfig
-    from stream_pipelines.runtime import StreamSink
+    from stream_pipelines.core.config import PipelineConfig
+    from stream_pipelines.driver.runtime import StreamSink
 
 APP = AD_MATCHING.name
 

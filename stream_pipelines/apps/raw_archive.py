@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from stream_pipelines.registry import RAW_ARCHIVE
-from stream_pipelines.runtime import file_sink, read_raw
+from stream_pipelines.core.registry import RAW_ARCHIVE
+from stream_pipelines.driver.runtime import file_sink, read_raw
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from stream_pipelines.config import PipelineConfig
-    from stream_pipelines.runtime import StreamSink
+    from stream_pipelines.core.config import PipelineConfig
+    from stream_pipelines.driver.runtime import StreamSink
 
 APP = RAW_ARCHIVE.name
 

@@ -22,18 +22,18 @@ from typing import TYPE_CHECKING
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from stream_pipelines.config import Duration
-from stream_pipelines.metrics import observe_event_time, observe_quarantine, topic_partitions
-from stream_pipelines.parsing import SENSOR_READING, parse_events, quarantined_events, valid_events
-from stream_pipelines.registry import SENSOR_AGGREGATION
-from stream_pipelines.runtime import file_sink, kafka_sink, read_raw
-from stream_pipelines.sensor_metadata import sensor_metadata_frame
+from stream_pipelines.core.config import Duration
+from stream_pipelines.core.registry import SENSOR_AGGREGATION
+from stream_pipelines.driver.runtime import file_sink, kafka_sink, read_raw
+from stream_pipelines.inputs.parsing import SENSOR_READING, parse_events, quarantined_events, valid_events
+from stream_pipelines.inputs.sensor_metadata import sensor_metadata_frame
+from stream_pipelines.observability.metrics import observe_event_time, observe_quarantine, topic_partitions
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from stream_pipelines.config import PipelineConfig
-    from stream_pipelines.runtime import StreamSink
+    from stream_pipelines.core.config import PipelineConfig
+    from stream_pipelines.driver.runtime import StreamSink
 
 APP = SENSOR_AGGREGATION.name
 METADATA_COLUMNS = ("location", "building", "floor")

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from stream_pipelines import store
+from stream_pipelines.core import store
 
 # Keys of the SQL conf pinned in offsets/N that the preflight and the reset care about.
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
@@ -46,7 +46,7 @@ PROVIDER_CLASS = "spark.sql.streaming.stateStore.providerClass"
 STATE_CODEC = "spark.sql.streaming.stateStore.compression.codec"
 # Where a file sink keeps its log, in its output folder.
 SINK_LOG = "_spark_metadata"
-# The classes runtime.spark_conf sets for config.spark.state_store (runtime imports pyspark, this must not).
+# The classes spark_conf sets for config.spark.state_store (a launcher builds them without pyspark).
 STATE_STORE_PROVIDERS = {
     "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
     "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",

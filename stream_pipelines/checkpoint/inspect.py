@@ -23,7 +23,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from stream_pipelines import registry
 from stream_pipelines.checkpoint.format import (
     PROVIDER_CLASS,
     PROVIDER_NAMES,
@@ -40,10 +39,11 @@ from stream_pipelines.checkpoint.format import (
     sink_log_latest_batch,
     state_operators,
 )
-from stream_pipelines.config import PipelineConfig
-from stream_pipelines.registry import APP_NAMES
-from stream_pipelines.store import location as location_of
-from stream_pipelines.store import write_json
+from stream_pipelines.core import registry
+from stream_pipelines.core.config import PipelineConfig
+from stream_pipelines.core.registry import APP_NAMES
+from stream_pipelines.core.store import location as location_of
+from stream_pipelines.core.store import write_json
 
 FINGERPRINT_FILE = "pipeline_fingerprint.json"
 FINGERPRINT_FORMAT = 1
@@ -145,7 +145,7 @@ def record_fingerprints(config: PipelineConfig, app: str) -> list[str]:
     written = []
     fingerprints = query_fingerprints(config, app)
     for spec in query_specs(config, app):
-        checkpoint = location_of(config, config.checkpoint_dir(app, spec.name))
+        checkpoint = location_of(config.spark.extra_conf, config.checkpoint_dir(app, spec.name))
         target = checkpoint / FINGERPRINT_FILE
         if target.exists() and batch_ids(checkpoint / "offsets"):
             continue
@@ -347,9 +347,11 @@ def _inspect_query(config: PipelineConfig, spec: QuerySpec, fingerprint: dict[st
         current_fingerprint=fingerprint,
         running_spark_version=running_spark_version(),
     )
-    checkpoint = location_of(config, folder)
+    checkpoint = location_of(config.spark.extra_conf, folder)
     result.output_latest_batch = (
-        None if spec.output_path is None else sink_log_latest_batch(location_of(config, spec.output_path))
+        None
+        if spec.output_path is None
+        else sink_log_latest_batch(location_of(config.spark.extra_conf, spec.output_path))
     )
     _read_fingerprint(checkpoint, result)
     offsets_ids = batch_ids(checkpoint / "offsets")

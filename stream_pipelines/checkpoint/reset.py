@@ -19,7 +19,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from stream_pipelines import registry, store
 from stream_pipelines.checkpoint.format import (
     PROVIDER_CLASS,
     SHUFFLE_PARTITIONS,
@@ -46,10 +45,11 @@ from stream_pipelines.checkpoint.inspect import (
     watermark_text,
     write_fingerprint,
 )
-from stream_pipelines.config import PipelineConfig
-from stream_pipelines.control import ControlStore
-from stream_pipelines.kafka_clients import check_access, offset_reader
-from stream_pipelines.lease import live_owner
+from stream_pipelines.control.control_store import ControlStore
+from stream_pipelines.control.lease import live_owner
+from stream_pipelines.core import registry, store
+from stream_pipelines.core.config import PipelineConfig
+from stream_pipelines.kafka.clients import check_access, offset_reader
 
 ResetFrom = Literal["committed", "offsets", "time"]
 RESET_FROM: tuple[str, ...] = ("committed", "offsets", "time")
@@ -277,7 +277,7 @@ def _plan_reset(
     from_: str,
     kafka_start: list[dict[str, Any]] | None,
 ) -> _ResetPlan:
-    checkpoint = store.location(config, found.path)
+    checkpoint = store.location(config.spark.extra_conf, found.path)
     notes: list[str] = []
     copy_source_logs: list[int] = []
     batch_watermark_ms = watermark_ms = 0

@@ -3,7 +3,7 @@
 Runs the Maven Central jars (infra/jvm/kafka-broker.ivy.xml) with the machine's Java. Its log lives
 under ``paths.broker`` (host-local: ``paths.local_root``, else the data root) so committed events
 survive a restart. Topics are created idempotently from config by
-``stream_pipelines.topics.ensure_topics``, which production points at the real cluster.
+``stream_pipelines.kafka.topics.ensure_topics``, which production points at the real cluster.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from stream_pipelines import jvm
-from stream_pipelines.config import PipelineConfig
+from stream_pipelines.core.config import PipelineConfig
 from stream_pipelines.devtools.processes import alive as _alive
+from stream_pipelines.launching import jvm
 
 LISTEN_HOST = "127.0.0.1"
 

@@ -59,9 +59,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from stream_pipelines import store
-from stream_pipelines.config import PROJECT_ROOT, PipelineConfig, load_config, override_variables
-from stream_pipelines.control import ControlStore
+from stream_pipelines.control.control_store import ControlStore
+from stream_pipelines.control.lease import Lease
+from stream_pipelines.core import store
+from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig, load_config, override_variables
+from stream_pipelines.core.procfs import process_age_s
+from stream_pipelines.core.registry import APP_NAMES, APPS
+from stream_pipelines.core.resource_manager import (
+    ResourceManager,
+    ResourceManagerError,
+    application_of_container,
+)
 from stream_pipelines.devtools.hdfs import LocalHdfs
 from stream_pipelines.devtools.object_store import CREDENTIALS, ObjectStoreServer
 from stream_pipelines.devtools.processes import (
@@ -76,10 +84,6 @@ from stream_pipelines.devtools.processes import (
     stop_process_group,
 )
 from stream_pipelines.devtools.yarn import LocalYarn
-from stream_pipelines.lease import Lease
-from stream_pipelines.procfs import process_age_s
-from stream_pipelines.registry import APP_NAMES, APPS
-from stream_pipelines.resource_manager import ResourceManager, ResourceManagerError, application_of_container
 
 DEFAULT_ROOT = PROJECT_ROOT / "data" / "chaos"
 ROOT_MARKER = ".chaos-root"
@@ -446,7 +450,7 @@ class Stack:
 
     def watchdog_window_s(self, app: str) -> float:
         """The watchdog's window: no progress for this long while offsets wait is a stall."""
-        from stream_pipelines.watchdog import WatchdogSettings
+        from stream_pipelines.observability.watchdog import WatchdogSettings
 
         return WatchdogSettings.of(self.config, app).window_s
 
@@ -519,7 +523,7 @@ class Stack:
 
     def up(self) -> None:
         from stream_pipelines.devtools.stack import migrate_airflow_db
-        from stream_pipelines.topics import ensure_topics
+        from stream_pipelines.kafka.topics import ensure_topics
 
         if self.root.exists():
             if not (self.root / ROOT_MARKER).exists() and any(self.root.iterdir()):
@@ -596,7 +600,7 @@ def commit_times(config: PipelineConfig, app: str) -> dict[str, list[float]]:
     """Per query of the app, when each of its commits was written (epoch seconds, ascending)."""
     found = {}
     for query in APPS[app].query_names:
-        commits = store.location(config, config.checkpoint_dir(app, query)) / "commits"
+        commits = store.location(config.spark.extra_conf, config.checkpoint_dir(app, query)) / "commits"
         listed = store.entries(commits)
         found[query] = sorted(modified for name, (_, modified) in listed.items() if name.isdigit())
     return found
@@ -1048,7 +1052,7 @@ class Chaos:
 
     def _stop_orphan(self, app: str, result: FaultResult) -> None:
         """Stop the adopted driver gracefully; supervision must then start one new driver as usual."""
-        from stream_pipelines.control import ControlStore, apply_action
+        from stream_pipelines.control.control_store import ControlStore, apply_action
 
         orphan = self.sampler.drivers(app)
         known = self.sampler.driver_pids(app)
@@ -1221,7 +1225,7 @@ def draw_schedule(
 
 def drain_and_stop(chaos: Chaos, timeout_s: float = 900) -> dict[str, Any]:
     """Stop the generator, let the apps reach the ends of the topics, stop them gracefully."""
-    from stream_pipelines.control import apply_action
+    from stream_pipelines.control.control_store import apply_action
     from stream_pipelines.devtools.demo import caught_up
 
     stack, config = chaos.stack, chaos.config
@@ -1243,7 +1247,7 @@ def drain_and_stop(chaos: Chaos, timeout_s: float = 900) -> dict[str, Any]:
 def verify(stack: Stack, started: datetime, ended: datetime) -> dict[str, Any]:
     """The archive exactly once against the topics; the reconciliation over the run's event days."""
     from stream_pipelines.devtools import demo
-    from stream_pipelines.runtime import get_spark
+    from stream_pipelines.driver.runtime import get_spark
 
     config = stack.config
     produced = demo.produced_offsets(config)

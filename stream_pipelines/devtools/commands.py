@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from stream_pipelines.cli import UserFacingError
-from stream_pipelines.config import PipelineConfig
-from stream_pipelines.kafka_clients import check_access
+from stream_pipelines.core.config import PipelineConfig
+from stream_pipelines.kafka.clients import check_access
 
 
 def register(command: Callable[..., argparse.ArgumentParser]) -> None:
@@ -59,9 +59,9 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
 
 
 def _broker(config: PipelineConfig, args: argparse.Namespace) -> int:
-    from stream_pipelines import jvm
     from stream_pipelines.devtools.broker import BrokerError, LocalBroker
-    from stream_pipelines.topics import ensure_topics
+    from stream_pipelines.kafka.topics import ensure_topics
+    from stream_pipelines.launching import jvm
 
     if not config.broker.manage_local:
         raise UserFacingError(

@@ -26,13 +26,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from stream_pipelines import registry, store
 from stream_pipelines.checkpoint.format import batch_ids, kafka_offsets, read_offsets
-from stream_pipelines.config import PROJECT_ROOT, PipelineConfig, load_config, override_variables
+from stream_pipelines.core import registry, store
+from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig, load_config, override_variables
+from stream_pipelines.core.registry import APP_NAMES, APPS
 from stream_pipelines.devtools import hdfs, yarn
 from stream_pipelines.devtools.processes import processes_started_with, stop_processes
 from stream_pipelines.devtools.stack import migrate_airflow_db
-from stream_pipelines.registry import APP_NAMES, APPS
 
 DEMO_ROOT = PROJECT_ROOT / "data" / "demo"
 DEMO_OVERRIDES = (
@@ -120,7 +120,7 @@ def _stop_a_previous_run() -> None:
 
 def _run(config: PipelineConfig, overrides: Sequence[str], broker) -> int:
     from stream_pipelines.devtools import generator
-    from stream_pipelines.topics import ensure_topics
+    from stream_pipelines.kafka.topics import ensure_topics
 
     say(
         f"a fresh Kafka broker (KRaft, Maven Central jars) on {broker.bootstrap}; "
@@ -183,7 +183,7 @@ def _run(config: PipelineConfig, overrides: Sequence[str], broker) -> int:
         metrics = {app: _scrape(config, app) for app in APP_NAMES}
 
         say("stopping the apps gracefully (pipeline_control action=stop): drain, commit, exit 0")
-        from stream_pipelines.control import apply_action
+        from stream_pipelines.control.control_store import apply_action
 
         for app in APP_NAMES:
             apply_action(config, app, "stop", by="demo", reason="end of the demo")
@@ -285,7 +285,7 @@ class ProgressLine:
         print(f"    [{now - self._started:4.0f}s] " + " | ".join(parts), flush=True)
 
     def describe(self, app: str) -> str:
-        from stream_pipelines.control import ControlStore, app_status
+        from stream_pipelines.control.control_store import ControlStore, app_status
 
         restarts = ControlStore(self._config).restarts(app).total
         samples = query_samples(self._config, app, APPS[app].query_names[0])
@@ -319,7 +319,7 @@ def query_samples(config: PipelineConfig, app: str, query: str) -> dict[str, flo
 
 
 def _committed(config: PipelineConfig, app: str, query: str) -> list[int]:
-    return batch_ids(store.location(config, config.checkpoint_dir(app, query)) / "commits")
+    return batch_ids(store.location(config.spark.extra_conf, config.checkpoint_dir(app, query)) / "commits")
 
 
 def supervised(supervisors: dict[str, subprocess.Popen], condition: Callable[[], bool]) -> Callable[[], bool]:
@@ -340,7 +340,7 @@ def supervised(supervisors: dict[str, subprocess.Popen], condition: Callable[[],
 def _kill_and_measure_restart(
     config: PipelineConfig, supervisors: dict[str, subprocess.Popen], progress: Callable[[], None]
 ) -> float:
-    from stream_pipelines.control import ControlStore
+    from stream_pipelines.control.control_store import ControlStore
 
     store = ControlStore(config)
     say(f"the apps start under Airflow; a progress line every {PROGRESS_EVERY_S:.0f}s")
@@ -396,7 +396,7 @@ def caught_up(config: PipelineConfig, apps: Sequence[str] = APP_NAMES) -> bool:
             commits = _committed(config, app.name, query)
             if not commits:
                 return False
-            checkpoint = store.location(config, config.checkpoint_dir(app.name, query))
+            checkpoint = store.location(config.spark.extra_conf, config.checkpoint_dir(app.name, query))
             entry = read_offsets(checkpoint / "offsets" / str(commits[-1]))
             done = {
                 (topic, str(partition)): offset
@@ -510,7 +510,7 @@ def _dag_state(app: str) -> str:
 def _report(
     config: PipelineConfig, records: list, metrics: dict[str, dict[str, float]], restart_s: float
 ) -> None:
-    from stream_pipelines.runtime import get_spark
+    from stream_pipelines.driver.runtime import get_spark
 
     spark = get_spark(config, "demo-report")
     spark.sparkContext.setLogLevel("ERROR")

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stream_pipelines import store
-from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
+from stream_pipelines.core import store
+from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig
 from stream_pipelines.devtools.daemons import LocalDaemons
 
 HOST = "127.0.0.1"
@@ -264,7 +264,7 @@ class LocalHdfs(LocalDaemons):
         (conf / "log4j2.properties").write_text(LOG4J2)
 
     def _command(self, main_class: str, *arguments: str) -> list[str]:
-        from stream_pipelines import jvm
+        from stream_pipelines.launching import jvm
 
         return [
             jvm.java_executable(),
@@ -383,7 +383,7 @@ def seed_sensor_metadata(config: PipelineConfig) -> str | None:
     target_url = config.project_path(config.sensors.metadata_path)
     if store.scheme(target_url) != "hdfs":
         return None
-    target = store.location(config, target_url)
+    target = store.location(config.spark.extra_conf, target_url)
     if target.exists():
         return None
     store.write_atomically(target, SENSOR_METADATA.read_bytes())

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from stream_pipelines.procfs import proc_stat, process_exists
+from stream_pipelines.core.procfs import proc_stat, process_exists
 
 
 def free_port(host: str = "127.0.0.1") -> int:

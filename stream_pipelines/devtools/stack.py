@@ -25,12 +25,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from stream_pipelines.airflow.nightly import START_DATE_VARIABLE
-from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
+from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig
+from stream_pipelines.core.registry import APP_NAMES
 from stream_pipelines.devtools import hdfs, yarn
 from stream_pipelines.devtools.processes import alive as _alive
 from stream_pipelines.devtools.processes import descendants, parent_pid, stop_process_group, stop_processes
-from stream_pipelines.monitoring_rules import RULES_DIR, render_prometheus_config, write_yaml
-from stream_pipelines.registry import APP_NAMES
+from stream_pipelines.observability.monitoring_rules import RULES_DIR, render_prometheus_config, write_yaml
 
 AIRFLOW_PORT = 8080
 PROMETHEUS_PORT = 9090
@@ -214,7 +214,7 @@ def recorded_pid(config: PipelineConfig, name: str) -> int | None:
 
 def up(config: PipelineConfig, generator_rates: tuple[float, float] = GENERATOR_RATES) -> int:
     from stream_pipelines.devtools.broker import LocalBroker
-    from stream_pipelines.topics import ensure_topics
+    from stream_pipelines.kafka.topics import ensure_topics
 
     print(LocalBroker(config).start().describe())
     if config.hdfs.manage_local:
@@ -320,7 +320,7 @@ def airflow_admin_password(home: str, timeout_s: float = 90) -> str | None:
 
 
 def down(config: PipelineConfig) -> int:
-    from stream_pipelines.control import ControlStore
+    from stream_pipelines.control.control_store import ControlStore
     from stream_pipelines.devtools.broker import LocalBroker
 
     # Airflow first: it would otherwise see the apps' ends and restart them.
@@ -386,7 +386,7 @@ def stop_components(config: PipelineConfig, names: list[str]) -> set[int]:
 
 
 def status(config: PipelineConfig) -> int:
-    from stream_pipelines.control import app_status
+    from stream_pipelines.control.control_store import app_status
     from stream_pipelines.devtools.broker import LocalBroker
 
     print(LocalBroker(config).status().describe())

@@ -28,7 +28,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from stream_pipelines.config import PROJECT_ROOT
+from stream_pipelines.core.config import PROJECT_ROOT
 from stream_pipelines.devtools.daemons import LocalDaemons
 from stream_pipelines.devtools.processes import free_port
 

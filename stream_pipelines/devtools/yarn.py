@@ -36,12 +36,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stream_pipelines import jvm
-from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
+from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig
+from stream_pipelines.core.resource_manager import unwrap
 from stream_pipelines.devtools import hdfs
 from stream_pipelines.devtools.daemons import LocalDaemons
 from stream_pipelines.devtools.hdfs import HOST, LocalHdfs, _site, hadoop_user, kept_ports
-from stream_pipelines.resource_manager import unwrap
+from stream_pipelines.launching import jvm
 
 RESOURCEMANAGER_CLASS = "org.apache.hadoop.yarn.server.resourcemanager.ResourceManager"
 NODEMANAGER_CLASS = "org.apache.hadoop.yarn.server.nodemanager.NodeManager"

@@ -24,8 +24,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from stream_pipelines.apps.ad_matching import match_clicks
-from stream_pipelines.batch_log import BatchRecord
-from stream_pipelines.config import Duration
+from stream_pipelines.core.config import Duration
+from stream_pipelines.driver.batch_log import BatchRecord
 from stream_pipelines.reconciliation import events, ledger
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from pyspark.sql import SparkSession
 
-    from stream_pipelines.config import Duration
+    from stream_pipelines.core.config import Duration
 
 PERCENTILES = (0.5, 0.9, 0.99, 0.999)
 # Equal-width buckets from the smallest to the largest delay, per topic (the report's plot reads them).

@@ -35,10 +35,11 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from stream_pipelines import batch_log, store
-from stream_pipelines.batch_log import CommittedProgress
-from stream_pipelines.config import PipelineConfig
-from stream_pipelines.registry import AD_MATCHING, RAW_ARCHIVE, SENSOR_AGGREGATION, Dataset
+from stream_pipelines.core import store
+from stream_pipelines.core.config import PipelineConfig
+from stream_pipelines.core.registry import AD_MATCHING, RAW_ARCHIVE, SENSOR_AGGREGATION, Dataset
+from stream_pipelines.driver import batch_log
+from stream_pipelines.driver.batch_log import CommittedProgress
 
 OPEN, CLOSED, FINAL = "open", "closed", "final"
 COMPLETENESS = (OPEN, CLOSED, FINAL)
@@ -174,7 +175,7 @@ class DayEvidence:
 
 
 # A Kafka lookup: per partition, the offset of the first record stamped at or after a moment (None: none
-# yet). kafka_clients.first_offsets_at with a consumer bound to it.
+# yet). kafka.clients.first_offsets_at with a consumer bound to it.
 FirstOffsets = Callable[[Iterable[tuple[str, int]], int], Mapping[tuple[str, int], int | None]]
 
 
@@ -238,7 +239,7 @@ def committed_progress(config: PipelineConfig) -> dict[str, CommittedProgress | 
 
 
 def days_dir(config: PipelineConfig) -> Path:
-    return store.location(config, f"{config.data_path('reports')}/reconciliation/days")
+    return store.location(config.spark.extra_conf, f"{config.data_path('reports')}/reconciliation/days")
 
 
 def day_path(config: PipelineConfig, day: date) -> Path:

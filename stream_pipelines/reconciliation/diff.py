@@ -20,7 +20,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from stream_pipelines.config import ReconciliationTolerances
+from stream_pipelines.core.config import ReconciliationTolerances
 
 STATS = ("reading_count", "avg_temperature", "max_temperature", "min_temperature")
 WINDOW_KEY = ("window_start", "sensor_id")

@@ -12,16 +12,16 @@ from typing import TYPE_CHECKING
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from stream_pipelines import registry
-from stream_pipelines.parsing import EventType, parse_events, quarantined_events, valid_events
-from stream_pipelines.runtime import read_dataset_day
+from stream_pipelines.core import registry
+from stream_pipelines.inputs.parsing import EventType, parse_events, quarantined_events, valid_events
+from stream_pipelines.tables.day_reader import read_dataset_day
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from pyspark.sql import SparkSession
 
-    from stream_pipelines.config import PipelineConfig, TopicSettings
+    from stream_pipelines.core.config import PipelineConfig, TopicSettings
 
 
 def read_archive(spark: SparkSession, config: PipelineConfig, day: date) -> DataFrame:

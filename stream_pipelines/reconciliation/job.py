@@ -26,19 +26,24 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
 
-from stream_pipelines import batch_log, maintenance, registry, retention
 from stream_pipelines.apps.sensor_aggregation import enrich_with_metadata, tumbling_window_stats
-from stream_pipelines.config import PROJECT_ROOT, PipelineConfig, add_config_arguments, config_or_report
-from stream_pipelines.exit_codes import ExitCode
-from stream_pipelines.parsing import CLICK, IMPRESSION, SENSOR_READING
+from stream_pipelines.core import registry
+from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig, add_config_arguments, config_or_report
+from stream_pipelines.core.exit_codes import ExitCode
+from stream_pipelines.driver import batch_log
+from stream_pipelines.driver.runtime import get_spark
+from stream_pipelines.inputs.parsing import CLICK, IMPRESSION, SENSOR_READING
+from stream_pipelines.inputs.sensor_metadata import sensor_metadata_frame
 from stream_pipelines.reconciliation import ads, advisor, diff, events, ledger, report
-from stream_pipelines.runtime import get_spark, read_dataset_day
-from stream_pipelines.sensor_metadata import sensor_metadata_frame
+from stream_pipelines.tables import maintenance, retention
+from stream_pipelines.tables.day_reader import read_dataset_day
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pyspark.sql import Column, DataFrame, Row, SparkSession
 
-    from stream_pipelines.batch_log import BatchRecord
+    from stream_pipelines.driver.batch_log import BatchRecord
     from stream_pipelines.reconciliation.ads import MatchDiff
     from stream_pipelines.reconciliation.advisor import DelayStats, WhatIf
     from stream_pipelines.reconciliation.diff import WindowDiff
@@ -565,7 +570,17 @@ def publish(
     else:
         result.notes.append("compliance table NOT updated for this day: unexplained diffs")
     result.inputs["duration_s"] = round(time.monotonic() - started, 1)
-    report.write_report(result, folder)
+    write_report(result, folder)
+
+
+def write_report(result: ReconciliationResult, folder: Path) -> None:
+    """Write report.json, report.html, its PDF copy and the plots into ``folder`` (a
+    :func:`store.location`, local or on the object store); sets the paths on ``result``."""
+    result.report_json = str(folder / "report.json")
+    result.report_html = str(folder / "report.html")
+    result.outputs["report_json"] = result.report_json
+    result.outputs["report_html"] = result.report_html
+    report.write_document(result.as_json(), folder)
 
 
 def write_day_partition(frame: DataFrame, path: str, day: str) -> int:

@@ -16,9 +16,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
-from stream_pipelines.batch_log import BatchRecord
-from stream_pipelines.config import Duration
-from stream_pipelines.registry import struct_type
+from stream_pipelines.core.config import Duration
+from stream_pipelines.core.registry import struct_type
+from stream_pipelines.driver.batch_log import BatchRecord
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 from typing import TYPE_CHECKING, Any
 
-from stream_pipelines.config import Duration
+from stream_pipelines.core.config import Duration
 from stream_pipelines.reconciliation.advisor import HISTOGRAM_BUCKETS
 
 if TYPE_CHECKING:

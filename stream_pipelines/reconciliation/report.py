@@ -11,32 +11,21 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stream_pipelines.core.store import location, write_atomically
 from stream_pipelines.reconciliation.pdf import PdfNotRendered, render_pdf
 from stream_pipelines.reconciliation.plots import DELAY_PLOT, WHAT_IF_PLOT, plot_figures, png
 from stream_pipelines.reconciliation.report_html import render_html
-from stream_pipelines.store import location, write_atomically
 
 if TYPE_CHECKING:
-    from stream_pipelines.config import PipelineConfig
-    from stream_pipelines.reconciliation.job import ReconciliationResult
+    from stream_pipelines.core.config import PipelineConfig
 
-__all__ = ["DELAY_PLOT", "WHAT_IF_PLOT", "report_dir", "update_report", "write_document", "write_report"]
+__all__ = ["DELAY_PLOT", "WHAT_IF_PLOT", "report_dir", "update_report", "write_document"]
 PDF_NAME = "report.pdf"
 
 
 def report_dir(config: PipelineConfig, day: str) -> Path:
     """Where event day D's report lives (``day`` as YYYY-MM-DD), locally or on the object store."""
-    return location(config, f"{config.data_path('reports')}/reconciliation/{day}")
-
-
-def write_report(result: ReconciliationResult, folder: Path) -> None:
-    """Write report.json, report.html, its PDF copy and the plots into ``folder`` (a
-    :func:`store.location`, local or on the object store); sets the paths on ``result``."""
-    result.report_json = str(folder / "report.json")
-    result.report_html = str(folder / "report.html")
-    result.outputs["report_json"] = result.report_json
-    result.outputs["report_html"] = result.report_html
-    write_document(result.as_json(), folder)
+    return location(config.spark.extra_conf, f"{config.data_path('reports')}/reconciliation/{day}")
 
 
 def update_report(folder: Path, section: str, value: Any) -> None:

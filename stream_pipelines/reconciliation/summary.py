@@ -12,7 +12,7 @@ from collections import defaultdict
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from stream_pipelines.config import Duration
+from stream_pipelines.core.config import Duration
 from stream_pipelines.reconciliation.diff import EXPLAINED, MISSING, PENDING, UNEXPLAINED
 from stream_pipelines.reconciliation.ledger import DROPPED
 

@@ -68,7 +68,7 @@ def stored_root(request: pytest.FixtureRequest, tmp_path) -> list[str]:
 def zombie() -> Iterator[int]:
     """The pid of a process that has exited but is not reaped yet, in a process group of its own: what a
     kill -9'd driver stays under a PID 1 that reaps orphans late (as on CI). Reaped at teardown."""
-    from stream_pipelines.procfs import proc_stat
+    from stream_pipelines.core.procfs import proc_stat
 
     exited = subprocess.Popen(["true"], start_new_session=True)
     try:

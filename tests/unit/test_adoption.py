@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from stream_pipelines.config import load_config
-from stream_pipelines.control import ControlStore
-from stream_pipelines.lease import Lease, LeaseRecord
+from stream_pipelines.control.control_store import ControlStore
+from stream_pipelines.control.lease import Lease, LeaseRecord
+from stream_pipelines.core.config import load_config
 
 APP = "raw_archive"
 SETTINGS = ["supervision.heartbeat_interval=0.2 seconds", "supervision.lease_timeout=1 seconds"]

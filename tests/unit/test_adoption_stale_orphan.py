@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from stream_pipelines.config import load_config
-from stream_pipelines.lease import Lease
+from stream_pipelines.control.lease import Lease
+from stream_pipelines.core.config import load_config
 
 APP = "raw_archive"
 SETTINGS = [

@@ -10,11 +10,11 @@ import time
 
 import pytest
 
+from stream_pipelines.core.procfs import process_age_s
 from stream_pipelines.devtools.benchmarks.batch_cost import format_table, main, median_parts
 from stream_pipelines.devtools.benchmarks.common import BenchmarkError
 from stream_pipelines.devtools.benchmarks.streaming.load import Batch, LoadedApp
 from stream_pipelines.devtools.processes import cpu_seconds
-from stream_pipelines.procfs import process_age_s
 
 
 def batch(query: str, trigger_ms: int, add_batch_ms: int) -> Batch:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from stream_pipelines.core.registry import APPS
 from stream_pipelines.devtools import chaos
 from stream_pipelines.devtools.chaos import (
     APP_FAULTS,
@@ -28,7 +29,6 @@ from stream_pipelines.devtools.chaos import (
     verdict,
     worker_launches,
 )
-from stream_pipelines.registry import APPS
 
 
 def table(*procs: Proc) -> dict[int, Proc]:

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from stream_pipelines import store
 from stream_pipelines.checkpoint import inspect as checkpoint_inspect
 from stream_pipelines.checkpoint.inspect import CheckpointError
 from stream_pipelines.checkpoint.reset import reset
-from stream_pipelines.config import load_config
+from stream_pipelines.core import store
+from stream_pipelines.core.config import load_config
 from tests.unit.test_checkpoint_reader import FIXTURES, TUMBLING, written_spark_version
 
 
@@ -34,7 +34,7 @@ def both(tmp_path, s3_root) -> dict[str, tuple[list[str], str]]:
     shutil.copytree(FIXTURES, local, ignore=shutil.ignore_patterns("*.crc"))
     overrides = s3_root()
     bucket_root = overrides[0].split("=", 1)[1]
-    remote = store.location(load_config("local", overrides, environ={}), bucket_root)
+    remote = store.location(load_config("local", overrides, environ={}).spark.extra_conf, bucket_root)
     remote.fs.put(str(local) + "/", remote.path, recursive=True)
     return {"local": ([], str(local)), "remote": (overrides[1:], bucket_root)}
 
@@ -77,7 +77,9 @@ def test_the_preflight_refuses_a_damaged_or_incompatible_remote_checkpoint_with_
     messages = {}
     for kind in ("local", "remote"):
         config = config_of(both, kind, "files", *extra)
-        checkpoint = store.location(config, config.checkpoint_dir("sensor_aggregation", "tumbling"))
+        checkpoint = store.location(
+            config.spark.extra_conf, config.checkpoint_dir("sensor_aggregation", "tumbling")
+        )
         if damage == "truncated offsets":
             offsets = checkpoint / "offsets" / "1"
             offsets.write_bytes(offsets.read_bytes()[:150])
@@ -111,8 +113,10 @@ def test_a_reset_from_committed_offsets_on_the_remote_store_writes_the_checkpoin
         )
         done = result.queries[0]
         assert done.first_batch == 2, "continues after the last committed batch: nothing skipped or repeated"
-        checkpoint = store.location(config, config.checkpoint_dir("sensor_aggregation", "tumbling"))
-        old = store.location(config, done.old_checkpoint)
+        checkpoint = store.location(
+            config.spark.extra_conf, config.checkpoint_dir("sensor_aggregation", "tumbling")
+        )
+        old = store.location(config.spark.extra_conf, done.old_checkpoint)
         assert (old / "offsets" / "1").exists(), "the old checkpoint is kept aside"
         built[kind] = _tree(checkpoint)
     assert built["remote"] == built["local"]

@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from stream_pipelines import batch_log, registry
 from stream_pipelines.checkpoint import format as checkpoint_format
 from stream_pipelines.checkpoint import inspect as checkpoint_inspect
 from stream_pipelines.checkpoint.format import UnreadableFile
 from stream_pipelines.checkpoint.inspect import CheckpointError
-from stream_pipelines.config import load_config
+from stream_pipelines.core import registry
+from stream_pipelines.core.config import load_config
+from stream_pipelines.driver import batch_log
 
 FIXTURES = Path(__file__).parent / "fixtures" / "checkpoints"
 TUMBLING = FIXTURES / "files" / "checkpoints" / "sensor_aggregation" / "tumbling"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from stream_pipelines import class_archive, class_archive_training, jvm
-from stream_pipelines.config import PROJECT_ROOT, PipelineConfig, load_config
-from stream_pipelines.runtime import DRIVER_JAVA_OPTIONS, spark_conf
+from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig, load_config
+from stream_pipelines.launching import class_archive, class_archive_training, jvm
+from stream_pipelines.launching.spark_conf import DRIVER_JAVA_OPTIONS, spark_conf
 
 METADATA = f"sensors.metadata_path={PROJECT_ROOT / 'conf' / 'sensor_metadata.csv'}"
 

@@ -15,8 +15,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from stream_pipelines import compacted_days, maintenance, registry, retention, store
-from stream_pipelines.config import load_config
+from stream_pipelines.core import registry, store
+from stream_pipelines.core.config import load_config
+from stream_pipelines.tables import compacted_days, maintenance, retention
 from tests.unit.test_output_sweep import build_sink, parquet_bytes
 from tests.unit.test_retention import NEW, OLD
 
@@ -33,7 +34,7 @@ def config(stored_root):
 def publish(config, unit: str, sources: dict[str, list[str]], version: int = 1, folder: str = "a1") -> None:
     """A compacted version of ``unit`` holding ``sources``, with one (hand-made) file."""
     url = f"{compacted_days.unit_url(config, registry.ARCHIVE, unit)}/{folder}/part-00000.parquet"
-    store.write_atomically(store.location(config, url), parquet_bytes([1]))
+    store.write_atomically(store.location(config.spark.extra_conf, url), parquet_bytes([1]))
     manifest = compacted_days.Manifest(
         dataset="archive",
         unit=unit,
@@ -103,8 +104,10 @@ def test_a_compacted_file_the_log_forgot_waits_out_the_grace_after_the_logs_rete
 
 def test_a_failed_first_compaction_of_a_day_goes_after_the_grace(config):
     failed = f"{compacted_days.unit_url(config, registry.ARCHIVE, UNIT)}/a1/part-00000.parquet"
-    store.write_atomically(store.location(config, failed), b"half a file")
-    unit_folder = store.location(config, compacted_days.unit_url(config, registry.ARCHIVE, UNIT))
+    store.write_atomically(store.location(config.spark.extra_conf, failed), b"half a file")
+    unit_folder = store.location(
+        config.spark.extra_conf, compacted_days.unit_url(config, registry.ARCHIVE, UNIT)
+    )
     soon = retention.sweep_compacted(config, registry.ARCHIVE, GRACE, time.time() + 60, dry_run=False)
     assert soon.removed == [] and store.files_under(unit_folder)
     later = retention.sweep_compacted(config, registry.ARCHIVE, GRACE, time.time() + 2 * GRACE, dry_run=False)
@@ -113,7 +116,7 @@ def test_a_failed_first_compaction_of_a_day_goes_after_the_grace(config):
 
 
 def test_one_sinks_failing_compaction_does_not_stop_the_others(config, monkeypatch):
-    from stream_pipelines import compaction
+    from stream_pipelines.tables import compaction
 
     def fail_on_the_archive(spark, config_, dataset, now, dry_run, progress):
         if dataset is registry.ARCHIVE:
@@ -152,8 +155,10 @@ def test_replaced_versions_and_failed_attempts_go_after_the_grace_and_a_day_past
     publish(config, UNIT, {OLD: [UNIT]}, version=1, folder="a1")
     publish(config, UNIT, {OLD: [UNIT], NEW: [UNIT]}, version=2, folder="a2")
     failed = f"{compacted_days.unit_url(config, registry.ARCHIVE, UNIT)}/a3/part-00000.parquet"
-    store.write_atomically(store.location(config, failed), b"half a file")
-    unit_folder = store.location(config, compacted_days.unit_url(config, registry.ARCHIVE, UNIT))
+    store.write_atomically(store.location(config.spark.extra_conf, failed), b"half a file")
+    unit_folder = store.location(
+        config.spark.extra_conf, compacted_days.unit_url(config, registry.ARCHIVE, UNIT)
+    )
 
     # Within the grace period: a reader may still hold version 1, or a compaction be writing a3.
     soon = retention.sweep_compacted(config, registry.ARCHIVE, GRACE, time.time() + 60, dry_run=False)
@@ -171,12 +176,15 @@ def test_replaced_versions_and_failed_attempts_go_after_the_grace_and_a_day_past
     )
     assert [item["unit"] for item in expired.removed] == [UNIT]
     assert store.files_under(unit_folder) == []
-    assert retention.removed_before(store.location(config, registry.ARCHIVE.location(config))) == day_end
+    assert (
+        retention.removed_before(store.location(config.spark.extra_conf, registry.ARCHIVE.location(config)))
+        == day_end
+    )
 
 
 def test_a_day_whose_files_left_the_log_uncompacted_is_refused_by_the_reconciliation(config):
     build_sink(config, {NEW: [10]}, {OLD: parquet_bytes([1])})
-    folder = store.location(config, registry.ARCHIVE.location(config))
+    folder = store.location(config.spark.extra_conf, registry.ARCHIVE.location(config))
     written = datetime.fromtimestamp(maintenance.data_files(folder)[OLD][1], UTC)
     with pytest.raises(retention.RetentionPassed, match="archive"):
         maintenance.refuse_if_expired(config, written.date(), now=time.time() + 8 * DAY)

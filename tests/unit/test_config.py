@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from stream_pipelines.config import DEFAULT_CONF_DIR, ConfigError, Duration, load_config, override_variables
+from stream_pipelines.core.config import (
+    DEFAULT_CONF_DIR,
+    ConfigError,
+    Duration,
+    load_config,
+    override_variables,
+)
 
 
 def error_for(
@@ -168,7 +174,7 @@ def test_s3_credentials_in_the_config_are_refused_they_come_from_the_environment
 
 
 def test_the_file_layer_reaches_s3_where_sparks_s3a_settings_point():
-    from stream_pipelines.store import s3_options
+    from stream_pipelines.core.store import s3_options
 
     s3a = "spark.hadoop.fs.s3a"
     options = s3_options(

@@ -10,8 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from stream_pipelines.config import load_config
-from stream_pipelines.control import ControlStore, CrashLoopError, app_status, apply_action, should_run
+from stream_pipelines.control.control_store import (
+    ControlStore,
+    CrashLoopError,
+    app_status,
+    apply_action,
+    should_run,
+)
+from stream_pipelines.core.config import load_config
 
 APP = "sensor_aggregation"
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from stream_pipelines.metrics import EXPORTED_METRIC_NAMES
+from stream_pipelines.observability.metrics import EXPORTED_METRIC_NAMES
 from stream_pipelines.reconciliation import days
 
 MONITORING = Path(__file__).resolve().parents[2] / "monitoring"
@@ -111,7 +111,8 @@ def test_dashboard_reads_only_exported_metrics(dashboard: dict[str, Any]) -> Non
             assert names, f"{panel['title']}: no metric in {target['expr']!r}"
             unknown = names - EXPORTED_METRIC_NAMES
             assert not unknown, (
-                f"{panel['title']}: {sorted(unknown)} are not exported by stream_pipelines.metrics"
+                f"{panel['title']}: {sorted(unknown)} are not exported by "
+                "stream_pipelines.observability.metrics"
             )
             used |= names
     # Watermark & lag, throughput, state, drops, restarts and source lag all have a panel.

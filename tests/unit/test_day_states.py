@@ -13,8 +13,9 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
-from stream_pipelines import batch_log, store
-from stream_pipelines.config import load_config
+from stream_pipelines.core import store
+from stream_pipelines.core.config import load_config
+from stream_pipelines.driver import batch_log
 from stream_pipelines.reconciliation import days
 
 DAY = date(2026, 3, 1)

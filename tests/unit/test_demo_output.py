@@ -10,11 +10,11 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import start_http_server
 
-from stream_pipelines.config import load_config
-from stream_pipelines.control import ControlStore
+from stream_pipelines.control.control_store import ControlStore
+from stream_pipelines.core.config import load_config
 from stream_pipelines.devtools.demo import ProgressLine
 from stream_pipelines.devtools.processes import free_port
-from stream_pipelines.metrics import ProgressRecorder
+from stream_pipelines.observability.metrics import ProgressRecorder
 
 
 def test_native_output_goes_to_the_log_and_python_prints_to_the_terminal(tmp_path: Path) -> None:

@@ -44,8 +44,8 @@ from pathlib import Path
 import pytest
 
 from stream_pipelines import cli
-from stream_pipelines.config import ENV_VARIABLE, OVERRIDE_PREFIX, PROJECT_ROOT
-from stream_pipelines.registry import APP_NAMES
+from stream_pipelines.core.config import ENV_VARIABLE, OVERRIDE_PREFIX, PROJECT_ROOT
+from stream_pipelines.core.registry import APP_NAMES
 
 DOCUMENTS = sorted([PROJECT_ROOT / "README.md", *(PROJECT_ROOT / "docs").rglob("*.md")])
 MAKEFILE = PROJECT_ROOT / "Makefile"

@@ -10,7 +10,7 @@ from urllib.parse import unquote
 
 import pytest
 
-from stream_pipelines.config import PROJECT_ROOT
+from stream_pipelines.core.config import PROJECT_ROOT
 
 DOCUMENTS = sorted(
     [

@@ -18,12 +18,12 @@ import pytest
 import yaml
 
 from stream_pipelines.airflow import health
-from stream_pipelines.config import PipelineConfig, load_config
-from stream_pipelines.control import AppStatus, ControlStore, app_status
+from stream_pipelines.control.control_store import AppStatus, ControlStore, app_status
+from stream_pipelines.control.lease import Lease, LeaseRecord
+from stream_pipelines.core.config import PipelineConfig, load_config
+from stream_pipelines.core.registry import APP_NAMES
 from stream_pipelines.devtools.processes import free_port
-from stream_pipelines.lease import Lease, LeaseRecord
-from stream_pipelines.metrics import ProgressRecorder
-from stream_pipelines.registry import APP_NAMES
+from stream_pipelines.observability.metrics import ProgressRecorder
 
 APP = "sensor_aggregation"
 NOW = 1_800_000_000.0
@@ -328,7 +328,7 @@ def test_the_last_reconciliation_per_day_from_its_report_json(stored_root):
             "late_event_ledger": {"pending_deliveries_not_yet_read": 4},
         },
     }
-    from stream_pipelines.store import write_json
+    from stream_pipelines.core.store import write_json
 
     for day, document in reports.items():
         write_json(root / day / "report.json", document)
@@ -379,8 +379,8 @@ def test_each_event_day_shows_its_state_what_holds_it_both_runs_side_by_side_and
     from datetime import date
 
     from stream_pipelines.airflow.plugin import overdue_exposition, render_page
+    from stream_pipelines.core.store import write_json
     from stream_pipelines.reconciliation import days
-    from stream_pipelines.store import write_json
 
     config = load_config(
         "local",
@@ -436,7 +436,7 @@ def test_each_event_day_shows_its_state_what_holds_it_both_runs_side_by_side_and
 def test_the_page_reads_a_driver_s_metrics_where_it_registered_them(tmp_path):
     """A driver in a YARN container, or on a free port (0), says where its exporter serves in its running
     record; the page asks there, not at the configured port on this host."""
-    from stream_pipelines.control import MetricsEndpoint
+    from stream_pipelines.control.control_store import MetricsEndpoint
 
     config = config_at(tmp_path)
     assert health.metrics_url(config, APP) == "http://127.0.0.1:9402/metrics"  # nothing registered

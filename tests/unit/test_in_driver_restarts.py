@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stream_pipelines.exit_codes import ExitCode
-from stream_pipelines.lifecycle import STOP_DURING_BACKOFF, InDriverRestarts, StopRequest, _watch
-from stream_pipelines.recovery import Recovery
+from stream_pipelines.core.exit_codes import ExitCode
+from stream_pipelines.driver.lifecycle import STOP_DURING_BACKOFF, InDriverRestarts, StopRequest, _watch
+from stream_pipelines.driver.recovery import Recovery
 
 APP = "raw_archive"
 

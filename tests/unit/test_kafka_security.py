@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from stream_pipelines.config import ConfigError, load_config
+from stream_pipelines.core.config import ConfigError, load_config
 from stream_pipelines.devtools.tls import KEY_FORMS, make_test_pki
 
 
@@ -151,7 +151,7 @@ def test_every_key_form_openssl_writes_reaches_the_java_client_as_pkcs8_it_decry
 
 
 def test_spark_source_and_sink_get_the_java_spelling_with_their_prefix(pki):
-    from stream_pipelines.runtime import kafka_sink_options, kafka_source_options
+    from stream_pipelines.driver.runtime import kafka_sink_options, kafka_source_options
 
     config = load_config("local", sasl_ssl(pki), environ={"TEST_KAFKA_PASSWORD": "x"})
     for options in (
@@ -272,7 +272,7 @@ def test_a_ca_file_that_holds_no_ca_is_refused(pki, tmp_path):
 def test_a_key_that_fails_to_load_in_librdkafka_is_a_refusal_naming_the_setting(pki, tmp_path):
     """A key replaced after the config loaded (a bad rotation under a running watchdog): librdkafka
     refuses it when the client is made, which is a configuration error, not a cluster that is down."""
-    from stream_pipelines.kafka_clients import KafkaAccessRefused, check_access
+    from stream_pipelines.kafka.clients import KafkaAccessRefused, check_access
 
     key = tmp_path / "client.key"
     key.write_bytes(pki.clients["pkcs8-rsa"].key.read_bytes())
@@ -343,7 +343,7 @@ def test_a_tls_file_that_cannot_be_opened_stops_every_command_at_config_load(
     """Exit 2 naming the setting, before any client, broker contact or JVM: the CLI's commands and a
     driver started by hand alike (the supervisor's case is in tests/test_secured_kafka.py)."""
     from stream_pipelines.cli import main
-    from stream_pipelines.lifecycle import run_app
+    from stream_pipelines.driver.lifecycle import run_app
 
     overrides, environment, said = unusable_tls_files(pki, tmp_path, case)
     for name, value in environment.items():

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from stream_pipelines.config import load_config
-from stream_pipelines.runtime import SOURCE_FETCH_MAX_WAIT_MS, kafka_source_options
+from stream_pipelines.core.config import load_config
+from stream_pipelines.driver.runtime import SOURCE_FETCH_MAX_WAIT_MS, kafka_source_options
 
 
 def test_the_source_asks_the_broker_to_hold_an_empty_fetch_briefly_not_for_kafkas_500_ms() -> None:

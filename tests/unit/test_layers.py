@@ -1,6 +1,7 @@
-"""The production package's layers only point down, and the tooling stays a layer apart: the contract in
-pyproject.toml ([tool.importlinter]), checked by import-linter over every import, function-local ones
-included; the package that ships leaves stream_pipelines.devtools out, and pipelinectl works without it."""
+"""The production package's folders only point down, no module of a package imports another around a
+circle, and the tooling stays a layer apart: the contracts in pyproject.toml ([tool.importlinter]),
+checked by import-linter over every import, function-local and TYPE_CHECKING ones included; the package
+that ships leaves stream_pipelines.devtools out, and pipelinectl works without it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import tomllib
 from importlinter.cli import lint_imports
 from setuptools import find_packages
 
-from stream_pipelines.config import PROJECT_ROOT
+from stream_pipelines.core.config import PROJECT_ROOT
 
 
 def test_the_layer_contract_is_kept(capsys):
@@ -23,6 +24,12 @@ def test_the_package_that_ships_leaves_the_tooling_out():
     shipped = find_packages(where=str(PROJECT_ROOT), **found["find"])
     assert "stream_pipelines" in shipped and "stream_pipelines.airflow" in shipped
     assert not [name for name in shipped if name.startswith("stream_pipelines.devtools")], shipped
+    folders = {
+        f"stream_pipelines.{folder.name}"
+        for folder in (PROJECT_ROOT / "stream_pipelines").iterdir()
+        if (folder / "__init__.py").is_file() and folder.name != "devtools"
+    }
+    assert folders <= set(shipped), "every role folder ships"
 
 
 WITHOUT_TOOLING = """

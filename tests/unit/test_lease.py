@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from stream_pipelines import store
-from stream_pipelines.config import load_config
-from stream_pipelines.lease import Lease, LeaseHeldError, LeaseLostError
+from stream_pipelines.control.lease import Lease, LeaseHeldError, LeaseLostError
+from stream_pipelines.core import store
+from stream_pipelines.core.config import load_config
 
 APP = "raw_archive"
 
@@ -40,7 +40,9 @@ def test_a_second_owner_is_refused_with_the_owner_named(config):
 
 def test_the_lease_lives_beside_the_apps_checkpoints(config):
     Lease(config, APP).acquire(log=print)
-    assert (store.location(config, config.checkpoint_dir(APP, "archive")).parent / "lease.json").is_file()
+    assert (
+        store.location(config.spark.extra_conf, config.checkpoint_dir(APP, "archive")).parent / "lease.json"
+    ).is_file()
 
 
 def test_a_stale_lease_is_taken_over_and_the_takeover_is_logged(config):
@@ -81,7 +83,7 @@ def test_a_killed_drivers_lease_is_stale_at_once_even_while_it_is_an_unreaped_zo
 
 def test_without_proc_a_live_drivers_lease_still_holds_and_a_dead_ones_is_stale(config, monkeypatch):
     # Off Linux there is no /proc to read a process state from: liveness falls back to signal 0.
-    from stream_pipelines import procfs
+    from stream_pipelines.core import procfs
 
     monkeypatch.setattr(procfs, "_has_proc", lambda: False)
     monkeypatch.setattr(procfs, "proc_stat", lambda _pid: [])
@@ -160,7 +162,7 @@ def test_of_drivers_racing_for_a_free_lease_exactly_one_wins(stored_root):
 
 
 def test_a_lease_timeout_shorter_than_three_heartbeats_is_a_config_error():
-    from stream_pipelines.config import ConfigError
+    from stream_pipelines.core.config import ConfigError
 
     with pytest.raises(ConfigError, match=r"lease_timeout .* must be at least 3 heartbeat_intervals"):
         load_config("local", ["supervision.lease_timeout=10 seconds"], environ={})
@@ -176,7 +178,7 @@ def test_a_frozen_jvm_keeps_the_heartbeat_leaves_the_last_progress_and_says_how_
     """Progress is asked of the JVM apart from the heartbeat: a JVM that stops answering must show as
     a live driver whose batches stand still, not as a dead one, and the lease says for how long the
     JVM has not answered (the watchdog's frozen case), back to 0 once it answers."""
-    from stream_pipelines.lease import LeaseKeeper
+    from stream_pipelines.control.lease import LeaseKeeper
 
     lease = Lease(config, APP)
     record = lease.acquire(log=print)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from stream_pipelines import lifecycle
-from stream_pipelines.exit_codes import ExitCode
-from stream_pipelines.lease import live_owner
+from stream_pipelines.control.lease import live_owner
+from stream_pipelines.core.exit_codes import ExitCode
+from stream_pipelines.driver import lifecycle
 
 
 def test_the_heartbeat_goes_on_while_a_slow_jvm_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stream_pipelines.lifecycle import error_summary
+from stream_pipelines.driver.lifecycle import error_summary
 
 
 def test_the_innermost_cause_of_a_py4j_wrapped_python_error_is_kept():

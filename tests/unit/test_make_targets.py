@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from stream_pipelines.config import PROJECT_ROOT
+from stream_pipelines.core.config import PROJECT_ROOT
 
 BENCHMARK_MODULE = re.compile(r"-m stream_pipelines\.devtools\.benchmarks\.(\w+)(.*)$")
 TARGET = re.compile(r"^([A-Za-z0-9_.-]+)\s*:(?!=)")

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from stream_pipelines.cli import main
-from stream_pipelines.config import WILDCARD_HOSTS, MetricsSettings, PipelineConfig, load_config
-from stream_pipelines.control import ControlStore, MetricsEndpoint
-from stream_pipelines.metrics import MetricsExporter, reachable_host
-from stream_pipelines.metrics_targets import target_groups
-from stream_pipelines.procfs import this_host
+from stream_pipelines.control.control_store import ControlStore, MetricsEndpoint
+from stream_pipelines.core.config import WILDCARD_HOSTS, MetricsSettings, PipelineConfig, load_config
+from stream_pipelines.core.procfs import this_host
+from stream_pipelines.observability.metrics import MetricsExporter, reachable_host
+from stream_pipelines.observability.metrics_targets import target_groups
 
 APP = "sensor_aggregation"
 # Above the kernel's largest pid (2^22): no process has it.

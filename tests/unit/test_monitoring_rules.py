@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stream_pipelines.monitoring_rules import (
+from stream_pipelines.observability.monitoring_rules import (
     ALERTMANAGER_CONFIG,
     APPS_JOB,
     PROMETHEUS_CONFIG,

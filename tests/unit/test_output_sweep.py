@@ -18,9 +18,11 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from stream_pipelines import cli, maintenance, registry, store
+from stream_pipelines import cli
 from stream_pipelines.checkpoint import format as checkpoint_format
-from stream_pipelines.config import load_config
+from stream_pipelines.core import registry, store
+from stream_pipelines.core.config import load_config
+from stream_pipelines.tables import maintenance
 
 DAY_FOLDER = "topic=sensors/arrival_date=2026-01-01"
 # A partition value Spark escapes in the folder name (":" -> "%3A"); the log then encodes the "%".
@@ -46,7 +48,7 @@ def url_of(config, name: str) -> str:
 
 
 def build_sink(config, committed: dict[str, list[int]], debris: dict[str, bytes]) -> Path:
-    folder = store.location(config, registry.ARCHIVE.location(config))
+    folder = store.location(config.spark.extra_conf, registry.ARCHIVE.location(config))
     for name, offsets in committed.items():
         store.write_atomically(folder / name, parquet_bytes(offsets))
     for name, data in debris.items():
@@ -128,7 +130,7 @@ def test_a_folder_whose_log_names_files_elsewhere_is_refused_not_emptied(config)
 
 
 def test_data_files_without_a_sink_log_are_refused(config):
-    folder = store.location(config, registry.ARCHIVE.location(config))
+    folder = store.location(config.spark.extra_conf, registry.ARCHIVE.location(config))
     store.write_atomically(folder / f"{DAY_FOLDER}/part-0.parquet", parquet_bytes([1]))
     sweep = sweep_archive(config, 0, hours_later=1)
     assert sweep.refused and "no _spark_metadata" in sweep.refused
@@ -146,7 +148,7 @@ def test_the_front_door_sweeps_every_sink_prints_each_removal_and_records_it(con
         assert f"{sink.name}: " in printed
     record_url = printed.strip().splitlines()[-1].removeprefix("record: ")
     assert record_url.startswith(config.data_path("reports"))
-    record = json.loads(store.location(config, record_url).read_text())
+    record = json.loads(store.location(config.spark.extra_conf, record_url).read_text())
     archive = next(sink for sink in record["sinks"] if sink["dataset"] == "archive")
     assert sorted(item["file"] for item in archive["removed"]) == sorted(DEBRIS)
 

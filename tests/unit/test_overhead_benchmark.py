@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from stream_pipelines.config import load_config
+from stream_pipelines.core.config import load_config
 from stream_pipelines.devtools.benchmarks.common import BenchmarkError
 from stream_pipelines.devtools.benchmarks.overhead import (
     BARE_DRIVER,
@@ -13,7 +13,7 @@ from stream_pipelines.devtools.benchmarks.overhead import (
     format_table,
     summarize,
 )
-from stream_pipelines.submit import script_path, spark_submit_command
+from stream_pipelines.launching.submit import script_path, spark_submit_command
 
 OVERRIDES = ("kafka.starting_offsets=latest", "paths.checkpoints=runs/x/checkpoints")
 

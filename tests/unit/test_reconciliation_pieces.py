@@ -6,9 +6,9 @@ from datetime import date, datetime
 
 import pytest
 
-from stream_pipelines import registry
-from stream_pipelines.batch_log import BatchRecord
-from stream_pipelines.config import Duration, PipelineConfig, load_config
+from stream_pipelines.core import registry
+from stream_pipelines.core.config import Duration, PipelineConfig, load_config
+from stream_pipelines.driver.batch_log import BatchRecord
 from stream_pipelines.reconciliation import ads, advisor, diff, events, job, ledger
 from stream_pipelines.reconciliation.report import report_dir
 

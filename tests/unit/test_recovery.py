@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from stream_pipelines.config import load_config
-from stream_pipelines.control import ControlStore
-from stream_pipelines.recovery import QueryRecovery
+from stream_pipelines.control.control_store import ControlStore
+from stream_pipelines.core.config import load_config
+from stream_pipelines.driver.recovery import QueryRecovery
 
 APP = "ad_matching"
 QUERY = "ad_matching.matches"

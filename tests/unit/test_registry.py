@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from stream_pipelines import registry
-from stream_pipelines.config import load_config
+from stream_pipelines.core import registry
+from stream_pipelines.core.config import load_config
 
 
 @pytest.fixture

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from stream_pipelines import registry
-from stream_pipelines.config import PipelineConfig, load_config
+from stream_pipelines.core import registry
+from stream_pipelines.core.config import PipelineConfig, load_config
 
 
 @pytest.fixture

@@ -15,10 +15,12 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
-from stream_pipelines import cli, maintenance, registry, retention, store
-from stream_pipelines.batch_log import parse_batch_log, query_log_dir
-from stream_pipelines.config import ConfigError, load_config
+from stream_pipelines import cli
+from stream_pipelines.core import registry, store
+from stream_pipelines.core.config import ConfigError, load_config
+from stream_pipelines.driver.batch_log import parse_batch_log, query_log_dir
 from stream_pipelines.reconciliation.job import run_reconciliation
+from stream_pipelines.tables import maintenance, retention
 from tests.unit.test_output_sweep import build_sink, parquet_bytes, rows_read_plainly
 
 DAY = 86400.0
@@ -54,7 +56,7 @@ def test_a_retention_shorter_than_the_reconciliation_needs_is_refused_naming_the
 
 
 def test_a_file_sinks_log_keeps_the_compaction_window_or_the_datasets_retention_if_shorter():
-    from stream_pipelines.runtime import sink_log_options
+    from stream_pipelines.driver.runtime import sink_log_options
 
     config = load_config("local", environ={})
     week = f"{7 * 86400 * 1000}ms"
@@ -178,7 +180,7 @@ def test_the_batch_log_loses_its_old_batches_but_the_one_the_next_starts_from(co
 
 
 def test_reset_copies_go_by_the_time_in_their_name_and_a_recent_one_stays(config):
-    root = store.location(config, config.data_path("checkpoints"))
+    root = store.location(config.spark.extra_conf, config.data_path("checkpoints"))
     now = datetime(2026, 11, 26, tzinfo=UTC)
     old = (now - timedelta(days=31)).strftime("%Y%m%dT%H%M%SZ")
     recent = (now - timedelta(days=2)).strftime("%Y%m%dT%H%M%SZ")
@@ -197,7 +199,7 @@ def test_reset_copies_go_by_the_time_in_their_name_and_a_recent_one_stays(config
 def test_the_daily_run_records_each_dataset_retention_and_what_it_removed(config):
     build_sink(config, {NEW: [10]}, {OLD: parquet_bytes([1])})
     outcome = maintenance.maintain(config, 3600, now=time.time() + 401 * DAY)
-    document = json.loads(store.location(config, outcome.record).read_text())
+    document = json.loads(store.location(config.spark.extra_conf, outcome.record).read_text())
     assert document["retention"]["archive"] == "400 days"
     archive = next(sink for sink in document["sinks"] if sink["dataset"] == "archive")
     assert [(item["file"], item["expired"]) for item in archive["removed"]] == [(OLD, True)]
@@ -220,7 +222,7 @@ class NoSpark:
 
 
 def test_a_day_whose_inputs_retention_removed_is_refused_before_anything_is_read(config):
-    folder = store.location(config, registry.ARCHIVE.location(config))
+    folder = store.location(config.spark.extra_conf, registry.ARCHIVE.location(config))
     retention.move_marker(folder, datetime(2026, 3, 10, tzinfo=UTC), {"retention": "400 days"})
     with pytest.raises(retention.RetentionPassed, match=r"2026-03-01 cannot be reconciled again.*archive"):
         run_reconciliation(config, date(2026, 3, 1), spark=NoSpark())

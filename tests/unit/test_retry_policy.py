@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from stream_pipelines.exit_codes import ExitCode
+from stream_pipelines.core.exit_codes import ExitCode
 
 APP = "raw_archive"
 
@@ -36,8 +36,8 @@ def crash(code: int) -> RuntimeError:
 
 
 def store(tmp_path: Path):
-    from stream_pipelines.config import load_config
-    from stream_pipelines.control import ControlStore
+    from stream_pipelines.control.control_store import ControlStore
+    from stream_pipelines.core.config import load_config
 
     return ControlStore(load_config("local", [f"paths.data_root={tmp_path / 'data'}"], environ={}))
 

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from stream_pipelines import class_archive, jvm
-from stream_pipelines.config import PROJECT_ROOT, PipelineConfig, load_config
-from stream_pipelines.runtime import Cleared, clear_scratch, driver_started_at, spark_conf
+from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig, load_config
+from stream_pipelines.driver.runtime import Cleared, clear_scratch, driver_started_at
+from stream_pipelines.launching import class_archive, jvm
+from stream_pipelines.launching.spark_conf import spark_conf
 
 METADATA = f"sensors.metadata_path={PROJECT_ROOT / 'conf' / 'sensor_metadata.csv'}"
 
@@ -117,7 +118,7 @@ def test_a_folder_no_run_has_made_yet_has_nothing_to_clear(tmp_path: Path):
 
 def test_a_driver_started_by_spark_submit_dates_its_jvm_by_its_parent():
     # A Python parent standing in for spark-submit's JVM: it starts the driver a second after itself.
-    driver = "from stream_pipelines.runtime import driver_started_at; print(repr(driver_started_at()))"
+    driver = "from stream_pipelines.driver.runtime import driver_started_at; print(repr(driver_started_at()))"
     launcher = (
         "import os, subprocess, sys, time; time.sleep(1.0); "
         f"subprocess.run([sys.executable, '-c', {driver!r}], check=True, "

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from stream_pipelines import registry
-from stream_pipelines.config import load_config
+from stream_pipelines.core import registry
+from stream_pipelines.core.config import load_config
 from stream_pipelines.devtools.benchmarks import soak
 
 # ``jstat -gc`` output (KB), as JDK 17 prints it; the columns past OU trimmed (they are not read).

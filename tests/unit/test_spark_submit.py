@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from stream_pipelines import class_archive, jvm, submit
-from stream_pipelines.config import PROJECT_ROOT, PipelineConfig, load_config
-from stream_pipelines.kafka_security import SECRET_OPTIONS_PATTERN
+from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig, load_config
+from stream_pipelines.core.kafka_security import SECRET_OPTIONS_PATTERN
+from stream_pipelines.launching import class_archive, jvm, submit
 
 SPARK_SUBMIT = "/opt/spark/bin/spark-submit"
 KAFKA_JARS = ["/jars/spark-sql-kafka.jar", "/jars/kafka-clients.jar"]
@@ -28,7 +28,7 @@ def fixed_tools(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def local_spark_conf(scratch: Path | None = None) -> list[str]:
-    """--conf pairs for conf/local.yaml, in the order runtime.spark_conf lists them; an app's driver
+    """--conf pairs for conf/local.yaml, in the order spark_conf lists them; an app's driver
     also has its scratch folder."""
     settings = [
         "spark.sql.shuffle.partitions=2",

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from stream_pipelines.config import load_config
+from stream_pipelines.core.config import load_config
 from stream_pipelines.devtools.benchmarks.common import BenchmarkError, Interrupts
 from stream_pipelines.devtools.benchmarks.startup import PHASES, StartTimeline, first_batch
 from stream_pipelines.devtools.processes import alive

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stream_pipelines.config import load_config
-from stream_pipelines.topics import require_topics
+from stream_pipelines.core.config import load_config
+from stream_pipelines.kafka.topics import require_topics
 
 
 def test_an_unreachable_broker_does_not_refuse_the_start_but_says_it_could_not_check(tmp_path: Path):

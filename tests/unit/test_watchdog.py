@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from stream_pipelines import store
-from stream_pipelines.config import load_config
-from stream_pipelines.control import ControlStore
-from stream_pipelines.lease import Lease, LeaseRecord
-from stream_pipelines.watchdog import Watchdog, WatchdogSettings
+from stream_pipelines.control.control_store import ControlStore
+from stream_pipelines.control.lease import Lease, LeaseRecord
+from stream_pipelines.core import store
+from stream_pipelines.core.config import load_config
+from stream_pipelines.observability.watchdog import Watchdog, WatchdogSettings
 
 QUERY = "raw_archive.archive"
 FIXTURE = Path(__file__).parent / "fixtures" / "checkpoints" / "kafka" / "checkpoints" / "raw_archive"
@@ -145,7 +145,7 @@ def test_the_window_is_n_triggers_but_never_less_than_the_minimum(tmp_path: Path
 
 
 def test_a_watchdog_count_below_one_is_a_config_error(tmp_path: Path):
-    from stream_pipelines.config import ConfigError
+    from stream_pipelines.core.config import ConfigError
 
     with pytest.raises(ConfigError, match="watchdog_triggers"):
         load_config("local", [f"paths.data_root={tmp_path}", "supervision.watchdog_triggers=0"], environ={})
@@ -163,7 +163,7 @@ def test_the_lease_carries_each_querys_kafka_end_offsets_for_the_watchdog():
     """From ``lastProgress`` as PySpark builds it (``fromJson``, whose offsets are Python reprs)."""
     from pyspark.sql.streaming.listener import StreamingQueryProgress
 
-    from stream_pipelines.lifecycle import query_progress
+    from stream_pipelines.driver.lifecycle import query_progress
 
     def source(end: object) -> dict:
         return {
@@ -212,7 +212,9 @@ def test_the_lease_carries_each_querys_kafka_end_offsets_for_the_watchdog():
 def stored_fixture_checkpoints(stored_root: list[str]):
     """A config on the given store, with the Kafka fixture's raw_archive checkpoints copied there."""
     config = load_config("local", stored_root, environ={})
-    checkpoints = store.location(config, config.checkpoint_dir("raw_archive", "archive")).parent
+    checkpoints = store.location(
+        config.spark.extra_conf, config.checkpoint_dir("raw_archive", "archive")
+    ).parent
     store.copy_tree(FIXTURE, checkpoints)
     return config, checkpoints / "archive"
 
@@ -220,7 +222,7 @@ def stored_fixture_checkpoints(stored_root: list[str]):
 def test_a_driver_frozen_before_its_first_progress_reached_the_lease_is_found_stuck(stored_root):
     """Frozen right after a start: the lease has no batch or end offsets for the query yet. What waits
     is then measured from the checkpoint (on the store): its last committed batch's end offsets."""
-    from stream_pipelines.watchdog import query_backlog
+    from stream_pipelines.observability.watchdog import query_backlog
 
     config, _checkpoint = stored_fixture_checkpoints(stored_root)
     seen: list[dict] = []
@@ -239,7 +241,7 @@ def test_a_driver_frozen_before_its_first_progress_reached_the_lease_is_found_st
 
 
 def test_a_fresh_checkpoint_measures_what_waits_from_the_starting_offsets(stored_root):
-    from stream_pipelines.watchdog import checkpoint_end_offsets
+    from stream_pipelines.observability.watchdog import checkpoint_end_offsets
 
     config, checkpoint = stored_fixture_checkpoints(stored_root)
     for log in ("commits", "offsets"):
@@ -291,7 +293,7 @@ def test_a_jvm_silent_past_its_answer_timeout_is_frozen_at_once_while_the_heartb
 
 
 def test_a_jvm_answer_timeout_shorter_than_two_heartbeats_is_a_config_error(tmp_path: Path):
-    from stream_pipelines.config import ConfigError
+    from stream_pipelines.core.config import ConfigError
 
     with pytest.raises(ConfigError, match=r"jvm_answer_timeout .* must be at least 2 heartbeat_intervals"):
         load_config(

@@ -8,16 +8,16 @@ import os
 
 import pytest
 
-from stream_pipelines import submit, yarn_driver
-from stream_pipelines.config import PROJECT_ROOT, ConfigError, load_config
-from stream_pipelines.control import ControlStore
-from stream_pipelines.resource_manager import (
+from stream_pipelines.control.control_store import ControlStore
+from stream_pipelines.core.config import PROJECT_ROOT, ConfigError, load_config
+from stream_pipelines.core.resource_manager import (
     YarnApplication,
     application_of_container,
     tags_of,
     unwrap,
 )
-from stream_pipelines.runtime import spark_conf
+from stream_pipelines.launching import submit, yarn_driver
+from stream_pipelines.launching.spark_conf import spark_conf
 
 METADATA = f"sensors.metadata_path={PROJECT_ROOT / 'conf' / 'sensor_metadata.csv'}"
 IN_YARN = (
@@ -154,7 +154,7 @@ def test_airflow_stopping_a_task_leaves_its_application_running_in_yarn(tmp_path
     """A worker's restart or redeploy terminates its tasks (Airflow calls on_kill): a driver in YARN does
     not live on that worker, so it runs on and the next try adopts it. No stop is asked, and the
     ResourceManager (unreachable here) is not even called; pipeline_control stops an app on purpose."""
-    from stream_pipelines.config import override_variables
+    from stream_pipelines.core.config import override_variables
 
     overrides = [
         f"paths.data_root={tmp_path}",

@@ -13,11 +13,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from stream_pipelines.config import add_config_arguments, config_from_args
-from stream_pipelines.lifecycle import build_sinks
-from stream_pipelines.registry import APP_NAMES
-from stream_pipelines.registry import app as declared_app
-from stream_pipelines.runtime import get_spark, start_sink
+from stream_pipelines.core.config import add_config_arguments, config_from_args
+from stream_pipelines.core.registry import APP_NAMES
+from stream_pipelines.core.registry import app as declared_app
+from stream_pipelines.driver.lifecycle import build_sinks
+from stream_pipelines.driver.runtime import get_spark, start_sink
 
 
 def main(argv: Sequence[str] | None = None) -> int:

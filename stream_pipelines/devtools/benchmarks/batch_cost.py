@@ -33,8 +33,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from stream_pipelines import registry
-from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
+from stream_pipelines.core import registry
+from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig
+from stream_pipelines.core.procfs import process_age_s
 from stream_pipelines.devtools.benchmarks.common import (
     BenchmarkError,
     Interrupts,
@@ -57,7 +58,6 @@ from stream_pipelines.devtools.benchmarks.streaming.load import (
     unknown_queries,
 )
 from stream_pipelines.devtools.processes import tree_cpu_seconds
-from stream_pipelines.procfs import process_age_s
 
 DEFAULT_OUT = PROJECT_ROOT / "data" / "bench" / "batch_cost.json"
 SIZES = (1, 50, 500, 5_000)
@@ -149,7 +149,7 @@ def measure_app(
 
 
 def run_benchmark(args: argparse.Namespace, interrupts: Interrupts) -> dict[str, Any]:
-    from stream_pipelines.runtime import get_spark
+    from stream_pipelines.driver.runtime import get_spark
 
     started = time.monotonic()
     overrides = [*BENCH_OVERRIDES, *args.overrides]
@@ -214,7 +214,7 @@ def jvm_age_text(seconds: float | None) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from stream_pipelines.config import add_config_arguments
+    from stream_pipelines.core.config import add_config_arguments
 
     parser = benchmark_parser("stream_pipelines.devtools.benchmarks.batch_cost", __doc__)
     parser.add_argument(

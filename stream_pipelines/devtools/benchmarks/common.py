@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stream_pipelines.config import PipelineConfig, load_config
+from stream_pipelines.core.config import PipelineConfig, load_config
 from stream_pipelines.devtools.processes import Proc, descendants, process_table
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ def private_broker(
     root deleted on the way out, whether the body finished, raised or was interrupted.
     """
     from stream_pipelines.devtools.broker import LocalBroker
-    from stream_pipelines.topics import ensure_topics
+    from stream_pipelines.kafka.topics import ensure_topics
 
     data_root = Path(tempfile.mkdtemp(prefix=prefix))
     broker: LocalBroker | None = None
@@ -168,7 +168,7 @@ def derive_config(config: PipelineConfig, overrides: Sequence[str]) -> PipelineC
     repeating how the broker's ports and data root were set.
     """
     # The override parser is the config module's own, so a value means here what it means on --set.
-    from stream_pipelines.config import _apply_override
+    from stream_pipelines.core.config import _apply_override
 
     raw = config.model_dump()
     for item in overrides:
@@ -287,7 +287,7 @@ class Summary:
 
 def kafka_version() -> str:
     """The version of the kafka-clients jar the broker and the Kafka tools run from."""
-    from stream_pipelines import jvm
+    from stream_pipelines.launching import jvm
 
     for jar in jvm.jars("kafka-broker"):
         match = re.fullmatch(r"kafka-clients-(.+)\.jar", jar.name)
@@ -297,7 +297,7 @@ def kafka_version() -> str:
 
 
 def java_version() -> str:
-    from stream_pipelines import jvm
+    from stream_pipelines.launching import jvm
 
     result = subprocess.run([jvm.java_executable(), "-version"], capture_output=True, text=True, check=False)
     lines = (result.stderr or result.stdout).strip().splitlines()
@@ -411,7 +411,7 @@ def benchmark_parser(module: str, doc: str | None) -> argparse.ArgumentParser:
 
 def add_results_argument(parser: argparse.ArgumentParser, default: Path) -> None:
     """``--out``: where the results JSON goes."""
-    from stream_pipelines.config import PROJECT_ROOT
+    from stream_pipelines.core.config import PROJECT_ROOT
 
     shown = default.relative_to(PROJECT_ROOT) if default.is_relative_to(PROJECT_ROOT) else default
     parser.add_argument("--out", type=Path, default=default, help=f"results JSON (default: {shown})")
@@ -440,9 +440,9 @@ def run_main(
     Exit codes: what ``finish`` returns, 1 for an error the user can act on (said in one line, no
     traceback), 130 when interrupted.
     """
-    from stream_pipelines.config import ConfigError
+    from stream_pipelines.core.config import ConfigError
     from stream_pipelines.devtools.broker import BrokerError
-    from stream_pipelines.jvm import JvmSetupError
+    from stream_pipelines.launching.jvm import JvmSetupError
 
     interrupts = Interrupts()
     try:

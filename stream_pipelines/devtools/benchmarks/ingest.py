@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
+from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig
 from stream_pipelines.devtools.benchmarks.common import (
     BenchmarkError,
     Interrupts,
@@ -193,7 +193,7 @@ def produce_dataset(config: PipelineConfig, events: int, interrupts: Interrupts)
 def run_ceiling(
     config: PipelineConfig, dataset: Dataset, round_: int, warmup: bool, interrupts: Interrupts
 ) -> Sample:
-    from stream_pipelines import jvm
+    from stream_pipelines.launching import jvm
 
     command = [
         jvm.java_executable(),
@@ -269,9 +269,9 @@ def run_spark_path(
     interrupts: Interrupts,
 ) -> Sample:
     from stream_pipelines.apps.raw_archive import archive_rows
-    from stream_pipelines.parsing import SENSOR_READING, parse_events
-    from stream_pipelines.registry import ARCHIVE
-    from stream_pipelines.runtime import StreamSink, read_raw, start_sink
+    from stream_pipelines.core.registry import ARCHIVE
+    from stream_pipelines.driver.runtime import StreamSink, read_raw, start_sink
+    from stream_pipelines.inputs.parsing import SENSOR_READING, parse_events
 
     run = f"{path}-{'warmup' if warmup else 'round'}-{round_}"
     app = f"{APP}-{run}"
@@ -337,9 +337,9 @@ def run_batch_step(
 ) -> BatchStep:
     """The topic's N records in one batch job, through the first ``step`` stages of the archive."""
     from stream_pipelines.apps.raw_archive import archive_rows
+    from stream_pipelines.core.registry import ARCHIVE
     from stream_pipelines.devtools.processes import tree_cpu_seconds
-    from stream_pipelines.registry import ARCHIVE
-    from stream_pipelines.runtime import read_raw
+    from stream_pipelines.driver.runtime import read_raw
 
     jvm = own_spark_jvm_or_fail()
     raw = read_raw(spark, config, [config.kafka.topics.sensors], streaming=False)
@@ -372,7 +372,7 @@ def _batches_per_run(config: PipelineConfig, events: int) -> int:
 
 
 def run_benchmark(args: argparse.Namespace, interrupts: Interrupts) -> dict[str, Any]:
-    from stream_pipelines.runtime import get_spark
+    from stream_pipelines.driver.runtime import get_spark
 
     # Taken before anything of ours runs, so it shows what else was keeping the machine busy.
     load_before = load_average()
@@ -581,7 +581,7 @@ def one_batch_lines(figures: dict[str, Any]) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from stream_pipelines.config import add_config_arguments
+    from stream_pipelines.core.config import add_config_arguments
 
     parser = benchmark_parser("stream_pipelines.devtools.benchmarks.ingest", __doc__)
     parser.add_argument(

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from http.client import HTTPException
 from typing import TYPE_CHECKING, Any
 
-from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
+from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig
 from stream_pipelines.devtools.benchmarks.common import (
     BenchmarkError,
     Interrupts,
@@ -157,8 +157,8 @@ def run_app(
     interrupts: Interrupts,
 ) -> Run:
     from stream_pipelines.apps.sensor_aggregation import build_sinks
-    from stream_pipelines.metrics import MetricsExporter
-    from stream_pipelines.runtime import start_sink
+    from stream_pipelines.driver.runtime import start_sink
+    from stream_pipelines.observability.metrics import MetricsExporter
 
     scrape_summary = None
     with isolated_run(config, f"{mode}-{index}") as run_config:
@@ -250,7 +250,7 @@ def check_served(url: str, queries: dict[str, dict[str, Any]]) -> None:
 
 
 def run_benchmark(args: argparse.Namespace, interrupts: Interrupts) -> dict[str, Any]:
-    from stream_pipelines.runtime import get_spark
+    from stream_pipelines.driver.runtime import get_spark
 
     # Taken before anything of ours runs, so it shows what else was keeping the machine busy.
     load_before = load_average()
@@ -403,7 +403,7 @@ def format_table(results: dict[str, Any]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from stream_pipelines.config import add_config_arguments
+    from stream_pipelines.core.config import add_config_arguments
 
     parser = benchmark_parser("stream_pipelines.devtools.benchmarks.metrics_overhead", __doc__)
     parser.add_argument(

@@ -12,7 +12,7 @@ One run, under a private data root (data/bench/reconcile-data by default, cleane
                  with arrival time;
                - the sensor app's batch log (offsets/N, commits/N, sources/0/0 for the tumbling and the
                  sliding query): one batch per --batch-seconds of arrival time plus the trailing
-                 no-data batch, with Spark's watermark rule (see stream_pipelines/batch_log.py);
+                 no-data batch, with Spark's watermark rule (see stream_pipelines/driver/batch_log.py);
                - the tumbling output (outputs/sensor_windows) the stream would have written with that
                  batch log: every delivery a batch read and its late filter kept, duplicates included,
                  in the windows the final watermark closed, through the app's own parse, aggregation
@@ -45,7 +45,8 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.types import LongType, StructField, StructType
 
-from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
+from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig
+from stream_pipelines.core.store import STORED_PATHS
 from stream_pipelines.devtools.benchmarks.common import (
     BenchmarkError,
     Interrupts,
@@ -60,7 +61,6 @@ from stream_pipelines.devtools.benchmarks.common import (
     run_main,
     write_results,
 )
-from stream_pipelines.store import STORED_PATHS
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -482,8 +482,8 @@ def streaming_windows(
     from pyspark.sql import functions as F
 
     from stream_pipelines.apps.sensor_aggregation import enrich_with_metadata, tumbling_window_stats
-    from stream_pipelines.parsing import RAW_SCHEMA, SENSOR_READING, parse_events, valid_events
-    from stream_pipelines.sensor_metadata import sensor_metadata_frame
+    from stream_pipelines.inputs.parsing import RAW_SCHEMA, SENSOR_READING, parse_events, valid_events
+    from stream_pipelines.inputs.sensor_metadata import sensor_metadata_frame
 
     table = spark.createDataFrame(
         [(b.batch_key, b.late_filter_watermark_ms) for b in batches if b.batch_key is not None],
@@ -519,10 +519,10 @@ def generate(
     """Write archive, batch logs and streaming output under the config's data root; returns the manifest."""
     from pyspark.sql import functions as F
 
-    from stream_pipelines import registry
-    from stream_pipelines.batch_log import query_log_dir
+    from stream_pipelines.core import registry
+    from stream_pipelines.core.registry import arrival_cutoff
+    from stream_pipelines.driver.batch_log import query_log_dir
     from stream_pipelines.reconciliation.job import SENSOR_APP, SLIDING_QUERY, TUMBLING_QUERY
-    from stream_pipelines.registry import arrival_cutoff
 
     timings: dict[str, float] = {}
     started = step = time.perf_counter()
@@ -844,7 +844,7 @@ class JvmMemory:
 
 def benchmark_config(args: argparse.Namespace) -> PipelineConfig:
     """The user's env and --set overrides, then every data path inside the private data root."""
-    from stream_pipelines.config import config_from_args
+    from stream_pipelines.core.config import config_from_args
 
     root = Path(args.data_root).resolve()
     # Every stored entry relative to the data root, so that no env's absolute paths (an s3a:// archive)
@@ -854,7 +854,7 @@ def benchmark_config(args: argparse.Namespace) -> PipelineConfig:
 
 
 def data_plan(args: argparse.Namespace, config: PipelineConfig) -> DataPlan:
-    from stream_pipelines.sensor_metadata import read_metadata_rows
+    from stream_pipelines.inputs.sensor_metadata import read_metadata_rows
 
     metadata = read_metadata_rows(config.project_path(config.sensors.metadata_path))
     return DataPlan(
@@ -909,7 +909,7 @@ def run_generation_child(argv: Sequence[str]) -> float:
 
 def generation_main(args: argparse.Namespace, interrupts: Interrupts) -> int:
     """The child's whole job: one session, the data, the manifest."""
-    from stream_pipelines.runtime import get_spark
+    from stream_pipelines.driver.runtime import get_spark
 
     config = benchmark_config(args)
     plan = data_plan(args, config)
@@ -928,8 +928,8 @@ def generation_main(args: argparse.Namespace, interrupts: Interrupts) -> int:
 
 
 def run_benchmark(args: argparse.Namespace, argv: Sequence[str], interrupts: Interrupts) -> dict[str, Any]:
+    from stream_pipelines.driver.runtime import get_spark
     from stream_pipelines.reconciliation.job import run_reconciliation
-    from stream_pipelines.runtime import get_spark
 
     # Taken before anything of ours runs, so it shows what else was keeping the machine busy.
     load_before = load_average()
@@ -1163,7 +1163,7 @@ def format_table(results: dict[str, Any]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from stream_pipelines.config import add_config_arguments
+    from stream_pipelines.core.config import add_config_arguments
 
     parser = benchmark_parser("stream_pipelines.devtools.benchmarks.reconcile", __doc__)
     parser.add_argument(
@@ -1209,7 +1209,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from stream_pipelines.sensor_metadata import SensorMetadataError
+    from stream_pipelines.inputs.sensor_metadata import SensorMetadataError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)

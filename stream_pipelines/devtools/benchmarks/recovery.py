@@ -53,7 +53,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from stream_pipelines.config import PROJECT_ROOT
+from stream_pipelines.core.config import PROJECT_ROOT
 from stream_pipelines.devtools.benchmarks.common import (
     BenchmarkError,
     Interrupts,

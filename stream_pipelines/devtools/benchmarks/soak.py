@@ -49,16 +49,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from stream_pipelines import registry, store
 from stream_pipelines.checkpoint import format as checkpoint_format
-from stream_pipelines.config import (
+from stream_pipelines.control.control_store import ControlStore
+from stream_pipelines.core import registry, store
+from stream_pipelines.core.config import (
     PROJECT_ROOT,
     Duration,
     PipelineConfig,
     add_config_arguments,
     load_config,
 )
-from stream_pipelines.control import ControlStore
 from stream_pipelines.devtools import stack
 from stream_pipelines.devtools.benchmarks.common import (
     Interrupts,
@@ -80,7 +80,7 @@ from stream_pipelines.devtools.benchmarks.stack_cost import (
     wait_for,
 )
 from stream_pipelines.devtools.processes import process_table
-from stream_pipelines.maintenance import SINK_LOG, data_files, file_sinks
+from stream_pipelines.tables.maintenance import SINK_LOG, data_files, file_sinks
 
 DEFAULT_OUT = PROJECT_ROOT / "data" / "bench" / "soak.json"
 SECONDS_PER_DAY = 86400
@@ -323,14 +323,16 @@ def sample_slice(
         }
     datasets = {}
     for dataset in file_sinks():
-        folder = store.location(config, dataset.location(config))
+        folder = store.location(config.spark.extra_conf, dataset.location(config))
         files = data_files(folder) if folder.exists() else {}
         datasets[dataset.name] = {
             "files": len(files),
             "bytes": sum(size for size, _ in files.values()),
             "sink_log": sink_log_figures(folder),
         }
-    batch_log_files, batch_log_bytes = folder_size(store.location(config, config.data_path("batch_log")))
+    batch_log_files, batch_log_bytes = folder_size(
+        store.location(config.spark.extra_conf, config.data_path("batch_log"))
+    )
     sample = {
         "until": until,
         "queries": queries,

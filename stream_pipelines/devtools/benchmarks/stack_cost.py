@@ -49,8 +49,8 @@ from datetime import UTC
 from pathlib import Path
 from typing import Any
 
-from stream_pipelines import registry
-from stream_pipelines.config import (
+from stream_pipelines.core import registry
+from stream_pipelines.core.config import (
     CONF_DIR_VARIABLE,
     ENV_VARIABLE,
     OVERRIDE_PREFIX,
@@ -348,7 +348,7 @@ class StackParts:
 
 
 def stack_parts(config: PipelineConfig, table: Mapping[int, Proc]) -> StackParts:
-    from stream_pipelines.control import ControlStore
+    from stream_pipelines.control.control_store import ControlStore
     from stream_pipelines.devtools import stack
     from stream_pipelines.devtools.broker import LocalBroker
 
@@ -423,7 +423,7 @@ def measure_restart(
     config: PipelineConfig, app: str, interrupts: Interrupts, checks: Sequence[Callable[[], None]]
 ) -> dict[str, Any]:
     """kill -9 the app's driver; seconds until its first query commits a batch after Airflow restarts it."""
-    from stream_pipelines.control import ControlStore
+    from stream_pipelines.control.control_store import ControlStore
 
     store = ControlStore(config)
 
@@ -582,7 +582,7 @@ def format_table(results: dict[str, Any]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from stream_pipelines.config import add_config_arguments
+    from stream_pipelines.core.config import add_config_arguments
 
     parser = benchmark_parser("stream_pipelines.devtools.benchmarks.stack_cost", __doc__)
     parser.add_argument("--min-batches", type=positive_int, default=3, help="batches each app commits first")

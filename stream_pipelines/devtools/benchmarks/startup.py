@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
+from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig
+from stream_pipelines.core.registry import APP_NAMES, APPS
 from stream_pipelines.devtools.benchmarks.common import (
     BenchmarkError,
     Interrupts,
@@ -52,7 +53,6 @@ from stream_pipelines.devtools.benchmarks.common import (
     run_and_report,
 )
 from stream_pipelines.devtools.processes import descendants, stop_process_group
-from stream_pipelines.registry import APP_NAMES, APPS
 
 DEFAULT_OUT = PROJECT_ROOT / "data" / "bench" / "startup.json"
 DEFAULT_REPEATS = 3
@@ -130,7 +130,7 @@ def driver_overrides(config: PipelineConfig, run: str) -> list[str]:
 def time_one_start(
     config: PipelineConfig, app: str, overrides: Sequence[str], log_path: Path, interrupts: Interrupts
 ) -> dict[str, float]:
-    from stream_pipelines.submit import script_path, spark_submit_command
+    from stream_pipelines.launching.submit import script_path, spark_submit_command
 
     command = spark_submit_command(config, app, "processing", overrides)
     with first_batch(config, app, command, script_path(app), log_path, interrupts) as started:
@@ -175,8 +175,8 @@ def first_batch(
     ``pipelinectl stop`` does (``graceful``) or by a signal to its process group.
 
     The launcher's output goes to ``log_path``, and its phase lines to the timeline as they come."""
-    from stream_pipelines.control import ControlStore
-    from stream_pipelines.submit import submit_environment
+    from stream_pipelines.control.control_store import ControlStore
+    from stream_pipelines.launching.submit import submit_environment
 
     declared = APPS[app]
     first_commit = Path(config.checkpoint_dir(app, declared.query_names[0])) / "commits" / "0"
@@ -283,7 +283,7 @@ def format_table(results: dict[str, Any]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from stream_pipelines.config import add_config_arguments
+    from stream_pipelines.core.config import add_config_arguments
 
     parser = benchmark_parser("stream_pipelines.devtools.benchmarks.startup", __doc__)
     parser.add_argument(

@@ -50,7 +50,7 @@ from stream_pipelines.devtools.benchmarks.streaming.state_delay import run_state
 
 
 def run_benchmark(args: argparse.Namespace, interrupts: Interrupts) -> dict[str, Any]:
-    from stream_pipelines.runtime import get_spark
+    from stream_pipelines.driver.runtime import get_spark
 
     load_before = load_average()
     profile = QUICK if args.quick else KNEE if args.knee else FULL
@@ -125,7 +125,7 @@ def start_rates(text: str) -> dict[str, float]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from stream_pipelines.config import add_config_arguments
+    from stream_pipelines.core.config import add_config_arguments
 
     parser = benchmark_parser("stream_pipelines.devtools.benchmarks.streaming", streaming.__doc__)
     mode = parser.add_mutually_exclusive_group()

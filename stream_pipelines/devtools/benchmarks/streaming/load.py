@@ -10,14 +10,14 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from stream_pipelines import registry
-from stream_pipelines.config import PipelineConfig
+from stream_pipelines.core import registry
+from stream_pipelines.core.config import PipelineConfig
 from stream_pipelines.devtools.benchmarks.common import (
     BenchmarkError,
     Interrupts,
     isolated_run,
 )
-from stream_pipelines.lifecycle import build_sinks
+from stream_pipelines.driver.lifecycle import build_sinks
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -262,7 +262,7 @@ class LoadedApp:
         self._folders = ExitStack()
 
     def start(self) -> None:
-        from stream_pipelines.runtime import start_sink
+        from stream_pipelines.driver.runtime import start_sink
 
         self.run += 1
         run_config = self._folders.enter_context(isolated_run(self.config, f"{self.name}-{self.run}"))

@@ -7,8 +7,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stream_pipelines import registry
-from stream_pipelines.config import PipelineConfig
+from stream_pipelines.core import registry
+from stream_pipelines.core.config import PipelineConfig
 from stream_pipelines.devtools.benchmarks.common import (
     machine_info,
 )

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from stream_pipelines import registry
-from stream_pipelines.config import PipelineConfig
+from stream_pipelines.core import registry
+from stream_pipelines.core.config import PipelineConfig
 from stream_pipelines.devtools.benchmarks.common import (
     BenchmarkError,
     Interrupts,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from stream_pipelines.config import PROJECT_ROOT, PipelineConfig
+from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -115,7 +115,7 @@ def epoch_seconds(timestamp: str) -> float:
 
 def offsets_by_partition(value: object) -> dict[tuple[str, int], int]:
     """A Kafka source's offsets as {(topic, partition): offset}; empty for other sources or none."""
-    from stream_pipelines.runtime import parse_offsets
+    from stream_pipelines.driver.runtime import parse_offsets
 
     parsed = parse_offsets(value) if value not in (None, "None") else {}
     return {
@@ -132,7 +132,7 @@ def session_settings(spark: SparkSession, config: PipelineConfig) -> dict[str, s
     Shuffle partitions and the state store provider are read when a query starts from a fresh
     checkpoint, so one session serves both variants.
     """
-    from stream_pipelines.runtime import spark_conf
+    from stream_pipelines.launching.spark_conf import spark_conf
 
     previous: dict[str, str | None] = {}
     for key, value in spark_conf(config).items():

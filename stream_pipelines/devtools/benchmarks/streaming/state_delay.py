@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stream_pipelines.config import PipelineConfig
+from stream_pipelines.core.config import PipelineConfig
 from stream_pipelines.devtools.benchmarks.common import (
     BenchmarkError,
     Interrupts,
@@ -182,8 +182,8 @@ def replay_sliding(
 ) -> list[dict[str, Any]]:
     """The app's sliding aggregation over the replay files, to the noop sink in update mode."""
     from stream_pipelines.apps.sensor_aggregation import readings_with_watermark, sliding_window_averages
-    from stream_pipelines.parsing import SENSOR_READING, parse_events, valid_events
-    from stream_pipelines.runtime import StreamSink, read_raw, start_sink
+    from stream_pipelines.driver.runtime import StreamSink, read_raw, start_sink
+    from stream_pipelines.inputs.parsing import SENSOR_READING, parse_events, valid_events
 
     with isolated_run(config, name) as run_config:
         settings = run_config.sensors

@@ -1,0 +1,11 @@
+"""Starting a driver: its Spark settings, its spark-submit line, the start checks, and on YARN finding and
+following its application.
+
+  jvm                     Java, and the pinned JVM artifacts resolved into a local cache
+  class_archive           the driver JVM's class-data archive, mapped into every driver
+  spark_conf              every Spark setting of a session or a spark-submit (no pyspark needed)
+  submit                  the spark-submit line of an app or a job, and its environment
+  yarn_driver             a driver in a YARN application: found, followed, stopped
+  launch                  one start of an app for every launcher: checks, bookkeeping, the command
+  class_archive_training  building the class-data archive (``make setup``)
+"""

@@ -1,0 +1,100 @@
+"""One launch of a streaming app, for every launcher: ``pipelinectl run`` and the Airflow supervisor.
+
+    start checks -> clear an earlier stop -> mark starting -> spark-submit (driver told: checked)
+
+The start checks (the topics exist and the cluster lets this config in; the checkpoint may be started
+from) run once per start. The launcher runs them before spark-submit, so a refused start costs no
+JVM, and tells the driver so (``--checked``); a driver started any other way runs them itself
+(``lifecycle.run_app``). A refusal carries the exit code a driver would have exited with, and
+``exit_codes.NOT_RETRIED`` is the one place that says which refusals no restart can fix.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from stream_pipelines.checkpoint.inspect import CheckpointError, preflight
+from stream_pipelines.control.control_store import ControlStore
+from stream_pipelines.core.config import PipelineConfig
+from stream_pipelines.core.exit_codes import ExitCode
+from stream_pipelines.core.registry import App
+from stream_pipelines.kafka.topics import REFUSALS, require_topics
+from stream_pipelines.launching.spark_conf import spark_conf
+from stream_pipelines.launching.submit import TriggerMode, application_args, spark_submit_command
+from stream_pipelines.launching.yarn_driver import new_launch_tag
+
+# The driver argument that says its launcher ran the start checks.
+CHECKED = "--checked"
+
+
+class StartRefused(RuntimeError):
+    """A start check refused: ``code`` is the driver's exit code for it, the message says what to fix."""
+
+    def __init__(self, code: ExitCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def start_checks(config: PipelineConfig, app: App, log: Callable[[str], None]) -> None:
+    """The topics the app reads and writes exist and the cluster lets this config in; the checkpoint may
+    be started from. What they find goes to ``log`` (the resume point, a broker that did not answer);
+    a refusal raises ``StartRefused``."""
+
+    try:
+        unchecked = require_topics(config, app.name)
+    except REFUSALS as error:
+        raise StartRefused(ExitCode.BAD_CONFIG, str(error)) from None
+    if unchecked:
+        log(f"{app.name}: {unchecked}")
+    try:
+        log(preflight(config, app.name).describe())
+    except CheckpointError as error:
+        raise StartRefused(
+            ExitCode.CHECKPOINT_REFUSED, f"checkpoint preflight refused to start {app.name}:\n{error}"
+        ) from None
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A checked start: the whole spark-submit line (``pipelinectl run``), and its parts for Airflow's
+    operator, which builds the line itself."""
+
+    command: list[str]
+    spark_conf: dict[str, str]
+    application_args: list[str]
+    # On YARN: the tag of this launch's application (yarn_driver.submitted finds it by this tag).
+    yarn_tag: str | None = None
+
+
+def prepare(
+    config: PipelineConfig,
+    app: App,
+    trigger: TriggerMode,
+    overrides: Sequence[str] = (),
+    log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
+) -> Launch:
+    """The start checks, then the control store's bookkeeping of a start; raises ``StartRefused``."""
+    start_checks(config, app, log)
+    store = ControlStore(config)
+    # A marker left from an earlier stop would end this run at once.
+    if store.clear_stop(app.name):
+        log(f"{app.name}: removed a stop marker left by an earlier stop")
+    store.mark_starting(app.name)
+    conf = spark_conf(config, app.name)
+    command = spark_submit_command(config, app.name, trigger, overrides)
+    tag = None
+    if config.on_yarn:
+        tag = new_launch_tag()
+        conf["spark.yarn.tags"] = f"{conf['spark.yarn.tags']},{tag}"
+        command = [
+            f"spark.yarn.tags={conf['spark.yarn.tags']}" if arg.startswith("spark.yarn.tags=") else arg
+            for arg in command
+        ]
+    return Launch(
+        command=[*command, CHECKED],
+        spark_conf=conf,
+        application_args=[*application_args(config, trigger, overrides), CHECKED],
+        yarn_tag=tag,
+    )

@@ -1,0 +1,135 @@
+"""How an app or a job is launched: one spark-submit command line, shared by the front door and Airflow."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+from datetime import date
+from pathlib import Path
+from typing import Literal
+
+from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig
+from stream_pipelines.core.registry import app as declared_app
+from stream_pipelines.launching import jvm
+from stream_pipelines.launching.spark_conf import spark_conf
+
+# How a streaming app's queries are triggered (the driver's ``--trigger``): every trigger interval, or
+# once over what is available now, then the app exits.
+TriggerMode = Literal["processing", "available-now"]
+SPARK_APPS_DIR = PROJECT_ROOT / "spark_apps"
+RECONCILE_SCRIPT = "reconcile"
+COMPACT_SCRIPT = "compact"
+
+
+def script_path(script: str) -> str:
+    return str(SPARK_APPS_DIR / f"{script}.py")
+
+
+def driver_args(
+    config: PipelineConfig, script_args: Sequence[str] = (), overrides: Sequence[str] = ()
+) -> list[str]:
+    """What a driver needs to load the very same config the launcher validated, then its own arguments."""
+    # The folder the config was read from, not <project>/conf: a deployment may keep it anywhere.
+    args = ["--env", config.env, "--conf-dir", str(config.conf_dir), *script_args]
+    for override in overrides:
+        args += ["--set", override]
+    return args
+
+
+def application_args(
+    config: PipelineConfig, trigger: TriggerMode, overrides: Sequence[str] = ()
+) -> list[str]:
+    """An app driver's arguments (Airflow's operator hands the script path and Spark settings apart)."""
+    return driver_args(config, ["--trigger", trigger], overrides)
+
+
+def spark_submit_executable() -> str:
+    beside_python = Path(sys.executable).parent / "spark-submit"
+    if beside_python.exists():
+        return str(beside_python)
+    found = shutil.which("spark-submit")
+    if not found:
+        raise FileNotFoundError("spark-submit is not on PATH; run `make setup` or activate .venv")
+    return found
+
+
+def submit_command(
+    config: PipelineConfig,
+    script: str,
+    script_args: Sequence[str] = (),
+    overrides: Sequence[str] = (),
+    app: str | None = None,
+) -> list[str]:
+    """spark-submit of ``spark_apps/<script>.py`` with exactly the streaming apps' Spark settings (those
+    of ``app``'s driver when it is one of them)."""
+    command = [
+        spark_submit_executable(),
+        "--master",
+        config.spark.master,
+        "--deploy-mode",
+        config.spark.deploy_mode,
+        "--name",
+        script,
+    ]
+    for key, value in spark_conf(config, app, job=script).items():
+        command += ["--conf", f"{key}={value}"]
+    return [*command, script_path(script), *driver_args(config, script_args, overrides)]
+
+
+def spark_submit_command(
+    config: PipelineConfig, app: str, trigger: TriggerMode, overrides: Sequence[str] = ()
+) -> list[str]:
+    """One streaming app, run with the given trigger."""
+    name = declared_app(app).name
+    return submit_command(config, name, ["--trigger", trigger], overrides, app=name)
+
+
+def reconcile_submit_command(config: PipelineConfig, day: date, overrides: Sequence[str] = ()) -> list[str]:
+    """The nightly reconciliation of event day D (spark_apps/reconcile.py)."""
+    return submit_command(config, RECONCILE_SCRIPT, ["--date", day.isoformat()], overrides)
+
+
+def compact_submit_command(
+    config: PipelineConfig, *, dry_run: bool = False, overrides: Sequence[str] = ()
+) -> list[str]:
+    """The compaction of every file sink's closed days (spark_apps/compact.py)."""
+    return submit_command(config, COMPACT_SCRIPT, ["--dry-run"] if dry_run else [], overrides)
+
+
+def submit_environment(
+    base: dict[str, str] | None = None, config: PipelineConfig | None = None
+) -> dict[str, str]:
+    """The launcher's environment with the venv's python for driver and workers; with a YARN ``config``,
+    what spark-submit needs to reach YARN and to ship PySpark to the containers."""
+    environment = dict(os.environ if base is None else base)
+    if config is not None and config.on_yarn:
+        environment.update(yarn_environment(config))
+    environment.setdefault("PYSPARK_PYTHON", sys.executable)
+    environment.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # Local runs stay on loopback; without this Spark binds to the first interface it finds.
+    environment.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    environment["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{environment.get('PATH', '')}"
+    return environment
+
+
+def yarn_environment(config: PipelineConfig) -> dict[str, str]:
+    """``HADOOP_CONF_DIR`` (the ResourceManager's address), ``JAVA_HOME`` (the containers' Java, when the
+    launcher knows it) and ``PYSPARK_ARCHIVES_PATH`` (PySpark for the containers' Python path: a pip
+    install has no ``$SPARK_HOME/python/lib`` where spark-submit would look)."""
+    import pyspark  # deferred: only a YARN launch needs it
+
+    environment: dict[str, str] = {}
+    conf_dir = config.hadoop_conf_dir()
+    if conf_dir:
+        environment["HADOOP_CONF_DIR"] = conf_dir
+    environment["JAVA_HOME"] = os.environ.get("JAVA_HOME") or str(
+        Path(os.path.realpath(jvm.java_executable())).parent.parent
+    )
+    lib = Path(pyspark.__file__).parent / "python" / "lib"
+    archives = sorted(lib.glob("py4j-*-src.zip"))
+    environment["PYSPARK_ARCHIVES_PATH"] = ",".join(
+        f"local:{path}" for path in [lib / "pyspark.zip", *archives]
+    )
+    return environment
