@@ -27,7 +27,7 @@ from tests.conftest import wait_for
 TASK = textwrap.dedent(
     """
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-    from stream_pipelines.airflow.supervisor import submit_detached
+    from stream_pipelines.airflow.drivers import submit_detached
 
     submit_detached(SparkSubmitHook(conn_id="spark_detached_test"), "app.py")
     """

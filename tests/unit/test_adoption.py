@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -22,11 +23,13 @@ SETTINGS = ["supervision.heartbeat_interval=0.2 seconds", "supervision.lease_tim
 
 
 @pytest.fixture
-def operator(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def adopt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A supervisor task's adoption of a live owner, on this worker."""
     monkeypatch.setenv("AIRFLOW_HOME", os.environ.get("AIRFLOW_HOME", str(tmp_path / "airflow")))
-    from stream_pipelines.airflow.supervisor import StreamingAppOperator
+    from stream_pipelines.airflow.drivers import OnThisWorker
+    from stream_pipelines.core.registry import app
 
-    return StreamingAppOperator(task_id="run_app", app=APP)
+    return lambda config, owner: OnThisWorker(config, app(APP), logging.getLogger("supervisor")).adopt(owner)
 
 
 def owned_elsewhere(config, *, until: threading.Event) -> tuple[Lease, threading.Thread]:
@@ -47,7 +50,7 @@ def owned_elsewhere(config, *, until: threading.Event) -> tuple[Lease, threading
     return lease, keeper
 
 
-def test_a_graceful_stop_of_the_adopted_driver_ends_the_try_in_success(operator, tmp_path):
+def test_a_graceful_stop_of_the_adopted_driver_ends_the_try_in_success(adopt, tmp_path):
     config = load_config("local", [f"paths.data_root={tmp_path}", *SETTINGS], environ={})
     stop = threading.Event()
     lease, keeper = owned_elsewhere(config, until=stop)
@@ -60,20 +63,20 @@ def test_a_graceful_stop_of_the_adopted_driver_ends_the_try_in_success(operator,
         lease.release()
 
     threading.Thread(target=stop_gracefully, daemon=True).start()
-    operator._adopt(config, lease, lease.read())  # returns: success
+    adopt(config, lease.read())  # returns: success
 
 
-def test_an_adopted_driver_on_another_host_that_stops_renewing_fails_the_try(operator, tmp_path):
+def test_an_adopted_driver_on_another_host_that_stops_renewing_fails_the_try(adopt, tmp_path):
     from airflow.sdk.exceptions import AirflowException
 
     config = load_config("local", [f"paths.data_root={tmp_path}", *SETTINGS], environ={})
     lease = Lease(config, APP)
     write_lease(lease, pid=os.getpid(), host="another-host", heartbeat_age_s=0)
     with pytest.raises(AirflowException, match="stopped renewing its lease"):
-        operator._adopt(config, Lease(config, APP), lease.read())
+        adopt(config, lease.read())
 
 
-def test_a_frozen_adopted_driver_here_is_stopped_then_killed_by_the_watchdog(operator, tmp_path):
+def test_a_frozen_adopted_driver_here_is_stopped_then_killed_by_the_watchdog(adopt, tmp_path):
     """A heartbeat gone stale while the driver's process still exists: the watchdog asks it to stop,
     waits the drain timeout, kills its process group, and only then the try fails so it restarts. The
     driver must be dead when the try fails: the task process exits right after, and its watchdog
@@ -91,7 +94,7 @@ def test_a_frozen_adopted_driver_here_is_stopped_then_killed_by_the_watchdog(ope
         with pytest.raises(
             AirflowException, match=r"watchdog: adopted raw_archive was stuck: heartbeat \d+s old"
         ):
-            operator._adopt(config, Lease(config, APP), lease.read())
+            adopt(config, lease.read())
         assert frozen.wait(timeout=1) == -signal.SIGKILL, "the try failed while the driver still ran"
         store = ControlStore(config)
         assert store.stop_marker(APP).exists(), "it was asked to stop before it was killed"
@@ -109,7 +112,7 @@ def write_lease(lease: Lease, *, pid: int, host: str, heartbeat_age_s: float) ->
     lease.path.write_text(json.dumps(asdict(record)))
 
 
-def test_an_adopted_driver_that_fails_fails_the_try(operator, tmp_path):
+def test_an_adopted_driver_that_fails_fails_the_try(adopt, tmp_path):
     from airflow.sdk.exceptions import AirflowException
 
     config = load_config("local", [f"paths.data_root={tmp_path}", *SETTINGS], environ={})
@@ -125,12 +128,12 @@ def test_an_adopted_driver_that_fails_fails_the_try(operator, tmp_path):
 
     threading.Thread(target=fail, daemon=True).start()
     with pytest.raises(AirflowException, match="ended without a graceful stop: failed query raw_archive"):
-        operator._adopt(config, Lease(config, APP), lease.read())
+        adopt(config, lease.read())
 
 
 def test_a_driver_group_whose_processes_exited_unreaped_has_ended_by_itself(zombie):
     """Under a PID 1 that reaps orphans late (as on CI), an adopted driver that drained and exited stays a
     zombie in its group: the watchdog must see it ended, not wait out the drain timeout and kill it."""
-    from stream_pipelines.airflow.supervisor import _end_group
+    from stream_pipelines.airflow.drivers import _end_group
 
     assert _end_group(zombie, drain_timeout_s=5) is True, "an exited group was killed as stuck"

@@ -12,6 +12,7 @@ group killed) before the try fails.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import time
@@ -31,14 +32,16 @@ SETTINGS = [
 
 
 @pytest.fixture
-def operator(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def adopt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A supervisor task's adoption of a live owner, on this worker."""
     monkeypatch.setenv("AIRFLOW_HOME", os.environ.get("AIRFLOW_HOME", str(tmp_path / "airflow")))
-    from stream_pipelines.airflow.supervisor import StreamingAppOperator
+    from stream_pipelines.airflow.drivers import OnThisWorker
+    from stream_pipelines.core.registry import app
 
-    return StreamingAppOperator(task_id="run_app", app=APP)
+    return lambda config, owner: OnThisWorker(config, app(APP), logging.getLogger("supervisor")).adopt(owner)
 
 
-def test_a_stale_adopted_driver_that_still_runs_is_stopped_before_the_try_fails(operator, tmp_path):
+def test_a_stale_adopted_driver_that_still_runs_is_stopped_before_the_try_fails(adopt, tmp_path):
     from airflow.sdk.exceptions import AirflowException
 
     config = load_config("local", [f"paths.data_root={tmp_path}", *SETTINGS], environ={})
@@ -57,7 +60,7 @@ def test_a_stale_adopted_driver_that_still_runs_is_stopped_before_the_try_fails(
         }
         lease.path.write_text(json.dumps(record))
         with pytest.raises(AirflowException, match=f"adopted {APP}"):
-            operator._adopt(config, Lease(config, APP), lease.read())
+            adopt(config, lease.read())
         # Before the try fails, the frozen owner is gone: the retry must not start a second driver beside it.
         try:
             driver.wait(5)
