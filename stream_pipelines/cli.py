@@ -42,6 +42,13 @@ from stream_pipelines.core.registry import APP_NAMES
 from stream_pipelines.core.registry import app as declared_app
 from stream_pipelines.kafka.clients import KafkaAccessRefused
 from stream_pipelines.kafka.topics import ensure_topics
+from stream_pipelines.launching import jvm, yarn_driver
+from stream_pipelines.launching.launch import StartRefused, prepare
+from stream_pipelines.launching.submit import (
+    compact_submit_command,
+    reconcile_submit_command,
+    submit_environment,
+)
 from stream_pipelines.observability.metrics_targets import publish
 from stream_pipelines.quality import data_docs_assets
 from stream_pipelines.tables import maintenance, retention
@@ -183,7 +190,8 @@ def _developer_commands():
 
 
 def _setup_jvm(config: PipelineConfig, args: argparse.Namespace) -> int:
-    from stream_pipelines.launching import class_archive_training, jvm
+    # Here: the training replays events in their Spark schemas (pyspark), which no other command needs.
+    from stream_pipelines.launching import class_archive_training
 
     try:
         print(f"java {jvm.check_java()} at {jvm.java_executable()}")
@@ -220,9 +228,6 @@ def _topics(config: PipelineConfig, args: argparse.Namespace) -> int:
 
 
 def _run(config: PipelineConfig, args: argparse.Namespace) -> int:
-    from stream_pipelines.launching.launch import StartRefused, prepare
-    from stream_pipelines.launching.submit import submit_environment
-
     try:
         launch = prepare(config, declared_app(args.app), args.trigger, args.overrides)
     except StartRefused as refused:
@@ -247,7 +252,6 @@ def _run(config: PipelineConfig, args: argparse.Namespace) -> int:
 
 def _follow_in_yarn(config: PipelineConfig, app: str, tag: str) -> int:
     """A driver in YARN: follow its application until it ends; its exit code, as YARN reports it."""
-    from stream_pipelines.launching import yarn_driver
 
     rm = yarn_driver.resource_manager_of(config)
     application = yarn_driver.submitted(rm, tag)
@@ -341,15 +345,11 @@ def _control(config: PipelineConfig, args: argparse.Namespace) -> int:
 
 
 def _reconcile(config: PipelineConfig, args: argparse.Namespace) -> int:
-    from stream_pipelines.launching.submit import reconcile_submit_command, submit_environment
-
     command = reconcile_submit_command(config, args.date, args.overrides)
     return subprocess.run(command, env=submit_environment(config=config), check=False).returncode
 
 
 def _compact(config: PipelineConfig, args: argparse.Namespace) -> int:
-    from stream_pipelines.launching.submit import compact_submit_command, submit_environment
-
     command = compact_submit_command(config, dry_run=args.dry_run, overrides=args.overrides)
     return subprocess.run(command, env=submit_environment(config=config), check=False).returncode
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from stream_pipelines.airflow import task_config
 from stream_pipelines.core.config import PipelineConfig
+from stream_pipelines.launching.submit import reconcile_submit_command, submit_environment
 
 log = logging.getLogger(__name__)
 # The first event day to reconcile (the go-live day): the day states watch every day since, and none
@@ -87,7 +88,6 @@ def _job_line_level(line: str) -> int:
 
 def reconcile(day: str) -> str:
     """spark-submit spark_apps/reconcile.py for D; a non-zero exit fails the task with the job's message."""
-    from stream_pipelines.launching.submit import reconcile_submit_command
 
     run_logged(
         reconcile_submit_command(task_config(), date.fromisoformat(day)),
@@ -102,7 +102,6 @@ def run_logged(command: list[str], verdict_prefix: str, what: str) -> None:
     progress while the job runs, not all at once when it ends; each line keeps Spark's own level, so its
     INFO chatter does not show as errors. A non-zero exit raises with the job's last verdict line (one
     starting with ``<verdict_prefix>:``), else its last lines."""
-    from stream_pipelines.launching.submit import submit_environment
 
     verdicts: list[str] = []
     last_lines: deque[str] = deque(maxlen=40)

@@ -15,6 +15,7 @@ from stream_pipelines.checkpoint.reset import parse_offsets_argument, parse_rese
 from stream_pipelines.control.control_store import ControlStore, app_status, apply_action
 from stream_pipelines.core.registry import APP_NAMES
 from stream_pipelines.kafka.clients import KafkaAccessRefused
+from stream_pipelines.launching.submit import compact_submit_command
 from stream_pipelines.tables import maintenance
 
 
@@ -67,7 +68,6 @@ def compact(params: dict[str, Any]) -> str:
     """The output_maintenance DAG's first task: the compaction job (spark-submit), its lines in the task
     log; fails when a sink's compaction failed, or a file left (or is about to leave) its sink's log
     before a compacted version held its days."""
-    from stream_pipelines.launching.submit import compact_submit_command
 
     config = task_config()
     run_logged(compact_submit_command(config, dry_run=bool(params.get("dry_run"))), "compact", "compaction")
