@@ -42,7 +42,7 @@ from stream_pipelines.observability.watchdog import KafkaBacklog, Watchdog, Watc
 
 # What spark-submit is given of the worker's environment (the driver's Python, YARN's and Java's
 # locations); nothing else of the task's environment, secrets included, is passed on by name.
-_SUBMIT_ENVIRONMENT = (
+SUBMIT_ENVIRONMENT = (
     "PYSPARK_PYTHON",
     "PYSPARK_DRIVER_PYTHON",
     "SPARK_LOCAL_IP",
@@ -111,7 +111,7 @@ class DriverPlacement:
             conn_id=self.config.supervision.spark_conn_id,
             name=self.app.name,
             application_args=launch.application_args,
-            env_vars={name: environment[name] for name in _SUBMIT_ENVIRONMENT if name in environment},
+            env_vars={name: environment[name] for name in SUBMIT_ENVIRONMENT if name in environment},
             deploy_mode=self.config.spark.deploy_mode,
         )
 
