@@ -38,7 +38,7 @@ from stream_pipelines.checkpoint.reset import RESET_FROM, parse_offsets_argument
 from stream_pipelines.control.control_store import ControlStore, apply_action
 from stream_pipelines.core.config import Duration, PipelineConfig, add_config_arguments, config_or_report
 from stream_pipelines.core.exit_codes import ExitCode
-from stream_pipelines.core.registry import APP_NAMES
+from stream_pipelines.core.registry import APP_NAMES, App
 from stream_pipelines.core.registry import app as declared_app
 from stream_pipelines.kafka.clients import KafkaAccessRefused
 from stream_pipelines.kafka.topics import ensure_topics
@@ -265,14 +265,14 @@ def _follow_in_yarn(config: PipelineConfig, app: str, tag: str) -> int:
 
 
 def _stop(config: PipelineConfig, args: argparse.Namespace) -> int:
-    print(apply_action(config, args.app, "stop", by="pipelinectl", reason="pipelinectl stop"))
+    print(apply_action(config, declared_app(args.app), "stop", by="pipelinectl", reason="pipelinectl stop"))
     return 0
 
 
 def _checkpoint(config: PipelineConfig, args: argparse.Namespace) -> int:
     if args.action == "inspect":
-        return checkpoint_inspect(config, args.app, as_json=args.json)
-    return checkpoint_reset(config, args.app, args)
+        return checkpoint_inspect(config, declared_app(args.app), as_json=args.json)
+    return checkpoint_reset(config, declared_app(args.app), args)
 
 
 def checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
@@ -305,7 +305,7 @@ def checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--confirm", default=None, metavar="APP", help="reset: the app's name, to confirm")
 
 
-def checkpoint_inspect(config: PipelineConfig, app: str, *, as_json: bool = False) -> int:
+def checkpoint_inspect(config: PipelineConfig, app: App, *, as_json: bool = False) -> int:
     """Print the report; exits as the launcher's preflight would (CHECKPOINT_REFUSED when it refuses)."""
     import json
 
@@ -314,12 +314,14 @@ def checkpoint_inspect(config: PipelineConfig, app: str, *, as_json: bool = Fals
     return ExitCode.OK if report.ok else ExitCode.CHECKPOINT_REFUSED
 
 
-def checkpoint_reset(config: PipelineConfig, app: str, args: argparse.Namespace) -> int:
+def checkpoint_reset(config: PipelineConfig, app: App, args: argparse.Namespace) -> int:
     """Run a reset from parsed arguments; asks for the confirmation on a terminal when it is not given."""
 
     confirm = args.confirm
     if confirm is None and sys.stdin is not None and sys.stdin.isatty():
-        confirm = input(f"Resetting {app} ({args.query}) loses its state. Type {app} to confirm: ").strip()
+        confirm = input(
+            f"Resetting {app.name} ({args.query}) loses its state. Type {app.name} to confirm: "
+        ).strip()
     try:
         if args.reset_from is None:
             raise CheckpointError("reset needs --from committed, --from offsets or --from time")
@@ -340,7 +342,7 @@ def checkpoint_reset(config: PipelineConfig, app: str, args: argparse.Namespace)
 
 
 def _control(config: PipelineConfig, args: argparse.Namespace) -> int:
-    print(apply_action(config, args.app, args.action, by="pipelinectl", reason=args.reason))
+    print(apply_action(config, declared_app(args.app), args.action, by="pipelinectl", reason=args.reason))
     return 0
 
 

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from stream_pipelines.core.config import DEFAULT_CONF_DIR, PipelineConfig, load_config, override_variables
+from stream_pipelines.core.registry import app as declared_app
 from stream_pipelines.devtools.processes import free_port
 from stream_pipelines.devtools.tls import KEY_PASSWORD, Identity, LoopbackPki, make_test_pki
 
@@ -299,7 +300,7 @@ def run_app(app: str, trigger: str, overrides: list[str], **popen) -> subprocess
     """Launch an app exactly as the front door does (spark-submit), in its own process group."""
     from stream_pipelines.launching.submit import spark_submit_command, submit_environment
 
-    command = spark_submit_command(load_config("local", overrides), app, trigger, overrides)
+    command = spark_submit_command(load_config("local", overrides), declared_app(app), trigger, overrides)
     return subprocess.Popen(command, env=submit_environment(), start_new_session=True, **popen)
 
 
@@ -385,7 +386,11 @@ def run_in_process(spark, config: PipelineConfig, app_module, trigger: str = "av
 
     queries: list = []
     ended = run_streams(
-        config, app_module.APP, app_module.build_sinks(spark, config), trigger, on_started=queries.extend
+        config,
+        declared_app(app_module.APP),
+        app_module.build_sinks(spark, config),
+        trigger,
+        on_started=queries.extend,
     )
     return ended.code, {query.name.split(".", 1)[1]: query for query in queries}
 

@@ -31,6 +31,7 @@ import pytest
 from stream_pipelines.control.control_store import apply_action
 from stream_pipelines.core.config import PipelineConfig, load_config
 from stream_pipelines.core.registry import SENSOR_AGGREGATION
+from stream_pipelines.core.registry import app as declared_app
 from stream_pipelines.devtools.processes import free_port, stop_process_group
 from stream_pipelines.observability.monitoring_rules import write_yaml
 from tests.conftest import kill_processes_of, overrides_for, private_source_topics, run_app
@@ -202,7 +203,13 @@ class RunningApp:
 
     def stop(self, timeout_s: float = 120.0) -> int:
         """Stop the app as `pipelinectl stop` does (desired state and stop marker: drain, commit, exit)."""
-        apply_action(self.config, self.app, "stop", by="tests.monitoring_stack", reason="stopped by a test")
+        apply_action(
+            self.config,
+            declared_app(self.app),
+            "stop",
+            by="tests.monitoring_stack",
+            reason="stopped by a test",
+        )
         try:
             return self.driver.wait(timeout_s)
         except subprocess.TimeoutExpired:

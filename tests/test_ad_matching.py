@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from stream_pipelines.apps import ad_matching
+from stream_pipelines.core.registry import app as declared_app
 from stream_pipelines.observability.metrics import ProgressRecorder
 from tests.conftest import (
     Replay,
@@ -121,7 +122,7 @@ def test_the_quarantined_rows_are_counted_for_the_metrics(ad_run):
     # through the exporter's own reading of each batch's progress; without them the ad app's
     # quarantine showed 0 whatever it held.
     config, queries = ad_run
-    recorder = ProgressRecorder(config, "ad_matching")
+    recorder = ProgressRecorder(config, declared_app("ad_matching"))
     for progress in queries["quarantine"].recentProgress:
         recorder.query_progress(progress)
     counted = [

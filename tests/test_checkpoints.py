@@ -21,6 +21,7 @@ from stream_pipelines.checkpoint import inspect as checkpoints
 from stream_pipelines.checkpoint.inspect import CheckpointError
 from stream_pipelines.checkpoint.reset import reset
 from stream_pipelines.cli import checkpoint_arguments, checkpoint_inspect, checkpoint_reset
+from stream_pipelines.core.registry import app as declared_app
 from stream_pipelines.driver.lifecycle import run_streams
 from stream_pipelines.driver.runtime import parse_offsets
 from tests.conftest import (
@@ -54,7 +55,9 @@ def run_only(spark, config, app_module, names: set[str]):
     every_sink = app_module.build_sinks(spark, config)
     queries: list = []
     chosen = [sink for sink in every_sink if sink.name in names]
-    code = run_streams(config, app_module.APP, chosen, "available-now", on_started=queries.extend).code
+    code = run_streams(
+        config, declared_app(app_module.APP), chosen, "available-now", on_started=queries.extend
+    ).code
     return code, {query.name.split(".", 1)[1]: query for query in queries}, every_sink
 
 
@@ -73,7 +76,9 @@ def test_fingerprints_cover_the_state_shaping_settings_only(tmp_path, broker_por
             "kafka.topics.sensors.name=sensors-v2",
         )
     )
-    old_sensors, new_sensors = (checkpoints.query_fingerprints(c, SENSORS) for c in (base, changed))
+    old_sensors, new_sensors = (
+        checkpoints.query_fingerprints(c, declared_app(SENSORS)) for c in (base, changed)
+    )
     assert checkpoints.fingerprint_changes(old_sensors["tumbling"], new_sensors["tumbling"]) == [
         'source_topics: [["sensors"]] -> [["sensors-v2"]]',
         "window: 5 minutes -> 10 minutes",
@@ -81,7 +86,9 @@ def test_fingerprints_cover_the_state_shaping_settings_only(tmp_path, broker_por
     assert checkpoints.fingerprint_changes(old_sensors["sliding"], new_sensors["sliding"]) == [
         'source_topics: [["sensors"]] -> [["sensors-v2"]]'
     ], "the watermark delay changed too, and does not count"
-    old_ads, new_ads = (checkpoints.query_fingerprints(c, "ad_matching") for c in (base, changed))
+    old_ads, new_ads = (
+        checkpoints.query_fingerprints(c, declared_app("ad_matching")) for c in (base, changed)
+    )
     assert checkpoints.fingerprint_changes(old_ads["matches"], new_ads["matches"]) == [
         "join_time_range: clicked_at between shown_at and shown_at + 5 minutes"
         " -> clicked_at between shown_at and shown_at + 10 minutes"
@@ -94,20 +101,22 @@ def test_reset_refuses_without_the_confirmation(tmp_path, broker_ports):
     config = make_overrides_config(overrides_for(tmp_path, broker_ports))
     for confirm in (None, "", "sensor_aggregation"):
         with pytest.raises(CheckpointError, match=r"not confirmed.*--confirm raw_archive"):
-            reset(config, "raw_archive", "all", from_="committed", confirm=confirm)
+            reset(config, declared_app("raw_archive"), "all", from_="committed", confirm=confirm)
     parser = argparse.ArgumentParser()
     checkpoint_arguments(parser)
     args = parser.parse_args(["reset", "raw_archive", "--from", "committed"])
-    assert checkpoint_reset(config, "raw_archive", args) == 1, "stdin is no terminal: no prompt, refused"
+    assert checkpoint_reset(config, declared_app("raw_archive"), args) == 1, (
+        "stdin is no terminal: no prompt, refused"
+    )
     assert not Path(config.checkpoint_dir("raw_archive", "archive")).exists()
 
 
 def test_a_missing_checkpoint_is_a_fresh_start(tmp_path, broker_ports, capsys):
     config = make_overrides_config(overrides_for(tmp_path, broker_ports))
-    report = checkpoints.preflight(config, "ad_matching")
+    report = checkpoints.preflight(config, declared_app("ad_matching"))
     assert [q.exists for q in report.queries] == [False, False, False]
     assert "fresh start" in report.describe()
-    assert checkpoint_inspect(config, "ad_matching") == 0
+    assert checkpoint_inspect(config, declared_app("ad_matching")) == 0
     assert "ok to start" in capsys.readouterr().out
 
 
@@ -122,11 +131,11 @@ def tumbling_run(spark, tmp_path_factory, broker_ports):
     overrides = overrides_for(root / "data", broker_ports, *files_source_overrides(replay.root))
     config = make_overrides_config(overrides)
     replay.batch("sensors", [reading(minute) for minute in (*range(5), *range(6, 12))])  # watermark 00:09
-    checkpoints.record_fingerprints(config, SENSORS)
+    checkpoints.record_fingerprints(config, declared_app(SENSORS))
     code, queries, sinks = run_only(spark, config, sensor_aggregation, {"tumbling"})
     assert code == 0
     # The query specs (from the registry) agree with the app's sinks (names, file sink folders).
-    specs = checkpoints.query_specs(config, SENSORS)
+    specs = checkpoints.query_specs(config, declared_app(SENSORS))
     assert [(s.name, s.output_path) for s in specs] == [
         (s.name, s.path if s.format == "parquet" else None) for s in sinks
     ]
@@ -147,7 +156,7 @@ def copy_of(tumbling_run, tmp_path: Path, *extra: str, outputs: bool = False):
 
 def refusal(config) -> str:
     with pytest.raises(CheckpointError) as refused:
-        checkpoints.preflight(config, SENSORS)
+        checkpoints.preflight(config, declared_app(SENSORS))
     message = str(refused.value)
     assert "Traceback" not in message and "at org.apache" not in message
     assert "sensor_aggregation.tumbling" in message and "What to do" in message
@@ -156,7 +165,7 @@ def refusal(config) -> str:
 
 def test_inspect_reads_a_stateful_checkpoint(tumbling_run):
     config, _, _, query = tumbling_run
-    found = checkpoints.preflight(config, SENSORS).query("tumbling")
+    found = checkpoints.preflight(config, declared_app(SENSORS)).query("tumbling")
     assert found.last_committed_batch == query.lastProgress["batchId"] == 1
     assert found.batch_in_flight is None and found.query_id == query.id
     assert found.committed_source_offsets == [{"logOffset": 0}]
@@ -176,7 +185,9 @@ def test_preflight_refuses_an_incompatible_window(tumbling_run):
     assert "pipelinectl checkpoint reset sensor_aggregation --query tumbling --from committed" in message
     assert "sliding" not in message.split("What to do")[0], "only the query that has state is refused"
     # The watermark delay is not part of it: Spark accepts a changed delay.
-    checkpoints.preflight(make_overrides_config([*overrides, "sensors.watermark=5 minutes"]), SENSORS)
+    checkpoints.preflight(
+        make_overrides_config([*overrides, "sensors.watermark=5 minutes"]), declared_app(SENSORS)
+    )
 
 
 def test_preflight_refuses_changed_shuffle_partitions_for_state(tumbling_run):
@@ -230,14 +241,14 @@ def test_preflight_refuses_a_fresh_start_over_an_existing_file_sink_log(tumbling
 def test_reset_of_a_stateful_query_continues_after_the_committed_batch(spark, tumbling_run, tmp_path):
     config, checkpoint = copy_of(tumbling_run, tmp_path, "spark.shuffle_partitions=3", outputs=True)
     assert "shuffle.partitions" in refusal(config)
-    result = reset(config, SENSORS, "tumbling", from_="committed", confirm=SENSORS)
+    result = reset(config, declared_app(SENSORS), "tumbling", from_="committed", confirm=SENSORS)
     (done,) = result.queries
     assert done.first_batch == 2, "right after the file sink's last batch: its log stays gapless"
     assert done.start_source_offsets == [{"logOffset": 0}]
     assert Path(done.old_checkpoint).is_dir() and done.old_checkpoint.startswith(f"{checkpoint}.reset-")
     assert done.empty_state_stores == 3, "one per partition: the reset applies the new partition count"
     assert "2026-01-01T00:09:00" in result.describe()
-    checkpoints.preflight(config, SENSORS)
+    checkpoints.preflight(config, declared_app(SENSORS))
 
     _, _, replay, _ = tumbling_run
     replay.batch("sensors", [reading(minute) for minute in range(16, 23)])  # watermark -> 00:20
@@ -255,7 +266,7 @@ def test_reset_of_a_stateful_query_continues_after_the_committed_batch(spark, tu
     counts = {row["window_start"]: row["reading_count"] for row in spark.read.parquet(*new_files).collect()}
     # Only [00:15, 00:20) closed; [00:05, 00:10) and [00:10, 00:15) were open in the state that was lost.
     assert counts == {at(15): 4}
-    found = checkpoints.inspect(config, SENSORS).query("tumbling")
+    found = checkpoints.inspect(config, declared_app(SENSORS)).query("tumbling")
     assert found.last_reset["first_batch"] == 2 and found.shuffle_partitions == 3
 
 
@@ -302,21 +313,21 @@ def test_reset_from_committed_offsets_skips_and_repeats_nothing(spark, broker, m
     start_ms = int(time.time() * 1000) - 7_200_000
     first = produce_at(config, [(topics[i % 3], i % 2, start_ms + i * 1000) for i in range(30)])
 
-    checkpoints.record_fingerprints(config, "raw_archive")
+    checkpoints.record_fingerprints(config, declared_app("raw_archive"))
     code, queries = run_in_process(spark, config, raw_archive)
     assert code == 0
     last = queries["archive"].lastProgress
-    found = checkpoints.preflight(config, "raw_archive").query("archive")
+    found = checkpoints.preflight(config, declared_app("raw_archive")).query("archive")
     assert found.last_committed_batch == last["batchId"] and found.batch_in_flight is None
     end_offsets = parse_offsets(last["sources"][0]["endOffset"])
     assert found.committed_offsets == {
         topic: {int(p): o for p, o in parts.items()} for topic, parts in end_offsets.items()
     }
-    assert "resume point" in checkpoints.inspect(config, "raw_archive").describe()
+    assert "resume point" in checkpoints.inspect(config, declared_app("raw_archive")).describe()
 
     later_ms = start_ms + 3_600_000
     second = produce_at(config, [(topics[i % 3], (i + 1) % 2, later_ms + i * 1000) for i in range(12)])
-    result = reset(config, "raw_archive", "archive", from_="committed", confirm="raw_archive")
+    result = reset(config, declared_app("raw_archive"), "archive", from_="committed", confirm="raw_archive")
     (done,) = result.queries
     assert done.start_offsets == found.committed_offsets
     assert done.first_batch == found.last_committed_batch + 1
@@ -331,7 +342,9 @@ def test_reset_from_committed_offsets_skips_and_repeats_nothing(spark, broker, m
 
     # From a time: the first offset at or after it, per partition; the end where none is that late yet.
     moment = later_ms + 5_500
-    result = reset(config, "raw_archive", "all", from_="time", timestamp_ms=moment, confirm="raw_archive")
+    result = reset(
+        config, declared_app("raw_archive"), "all", from_="time", timestamp_ms=moment, confirm="raw_archive"
+    )
     expected: dict[str, dict[int, int]] = {topic: {0: 0, 1: 0} for topic in topics}
     for topic in topics:
         for partition in (0, 1):

@@ -12,6 +12,7 @@ import pytest
 from stream_pipelines.apps import sensor_aggregation
 from stream_pipelines.control.control_store import ControlStore
 from stream_pipelines.core.config import DEFAULT_CONF_DIR
+from stream_pipelines.core.registry import app as declared_app
 from stream_pipelines.devtools import generator
 from stream_pipelines.driver.lifecycle import run_streams
 from tests.conftest import (
@@ -56,7 +57,7 @@ def test_changed_metadata_is_picked_up_without_restarting_the_query(spark, broke
     def run() -> None:
         sinks = sensor_aggregation.build_sinks(spark, config)
         outcome["code"] = run_streams(
-            config, "sensor_aggregation", sinks, "processing", on_started=queries.extend
+            config, declared_app("sensor_aggregation"), sinks, "processing", on_started=queries.extend
         ).code
 
     replay.batch("sensors", [reading(1, 20.0)])

@@ -25,6 +25,7 @@ from stream_pipelines.airflow import health
 from stream_pipelines.control.control_store import ControlStore
 from stream_pipelines.control.lease import Lease, LeaseKeeper
 from stream_pipelines.core.config import PROJECT_ROOT, load_config
+from stream_pipelines.core.registry import app as declared_app
 from stream_pipelines.core.store import write_atomically, write_json
 from stream_pipelines.devtools import stack
 from stream_pipelines.devtools.processes import free_port, stop_processes
@@ -162,7 +163,7 @@ def test_the_page_in_the_airflow_ui_shows_what_the_running_app_exports(spark, tm
     write_events(source, topic, "batch-000.jsonl", newest - timedelta(seconds=40))
     write_events(source, topic, "batch-001.jsonl", newest)
     control = ControlStore(config)
-    exporter = MetricsExporter(config, APP).start(spark)
+    exporter = MetricsExporter(config, declared_app(APP)).start(spark)
     lease = Lease(config, APP)
     keeper = LeaseKeeper(lease, lease.acquire(print), config.supervision.heartbeat_interval.seconds).start()
     events = spark.readStream.schema(
@@ -199,7 +200,7 @@ def test_the_page_in_the_airflow_ui_shows_what_the_running_app_exports(spark, tm
             report / "report.html", "<html><body><h1>Reconciliation 2026-11-20</h1></body></html>"
         )
         query.processAllAvailable()
-        metrics_url = health.metrics_url(config, APP)
+        metrics_url = health.metrics_url(config, declared_app(APP))
         wait_for(
             lambda: "pipeline_partition_max_event_time_seconds" in exported(metrics_url),
             60,
@@ -388,7 +389,7 @@ def test_late_drops_and_quarantined_rows_of_the_last_hour_come_from_prometheus_w
             f"metrics.prometheus_url=http://127.0.0.1:{prometheus_port}",
         ],
     )
-    recorder = ProgressRecorder(config, APP)
+    recorder = ProgressRecorder(config, declared_app(APP))
     registry = CollectorRegistry()
     registry.register(recorder)
     server, _thread = start_http_server(exporter_port, addr="127.0.0.1", registry=registry)
@@ -446,7 +447,7 @@ def test_late_drops_and_quarantined_rows_of_the_last_hour_come_from_prometheus_w
         assert row.late_drops and row.quarantined
         assert row.late_drops / row.quarantined == pytest.approx(1.5, rel=0.01)
         # The endpoint's totals are what Prometheus counted from: 9 drops and 6 rows so far.
-        totals = exported(health.metrics_url(config, APP))
+        totals = exported(health.metrics_url(config, declared_app(APP)))
         assert value_of(totals, "pipeline_late_rows_dropped_total", query=f"{APP}.tumbling") == 9
     finally:
         prometheus.terminate()

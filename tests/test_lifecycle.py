@@ -11,6 +11,7 @@ import pytest
 
 from stream_pipelines.control.control_store import ControlStore
 from stream_pipelines.core.exit_codes import ExitCode
+from stream_pipelines.core.registry import app as declared_app
 from stream_pipelines.driver.lifecycle import run_streams
 from stream_pipelines.driver.runtime import StreamSink, read_raw
 from tests.conftest import Replay, files_source_overrides, make_overrides_config, wait_for
@@ -43,7 +44,10 @@ def test_a_query_that_fails_while_draining_makes_the_app_fail(spark, make_overri
     sinks = [StreamSink(name="archive", frame=raw, foreach_batch=sink_that_fails_in_the_batch_a_stop_drains)]
     outcome: dict = {}
     runner = threading.Thread(
-        target=lambda: outcome.setdefault("exit", run_streams(config, APP, sinks, "processing")), daemon=True
+        target=lambda: outcome.setdefault(
+            "exit", run_streams(config, declared_app(APP), sinks, "processing")
+        ),
+        daemon=True,
     )
     runner.start()
     wait_for(lambda: len(batches_seen) == 1, 300, "the first batch")
@@ -170,7 +174,7 @@ def test_a_failed_query_restarts_inside_the_driver_while_the_others_run_on_until
 
     def run() -> None:
         outcome["exit"] = run_streams(
-            config, APP, sinks, "processing", on_started=live.append, recovery=recovery
+            config, declared_app(APP), sinks, "processing", on_started=live.append, recovery=recovery
         )
 
     runner = threading.Thread(target=run, daemon=True)

@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from stream_pipelines.control.control_store import ControlStore
 from stream_pipelines.core.config import PipelineConfig, load_config
+from stream_pipelines.core.registry import app as declared_app
 from stream_pipelines.devtools.generator import format_ts
 from stream_pipelines.observability.metrics import (
     METRICS,
@@ -222,7 +223,7 @@ def scenario(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> I
     # Event times a few minutes back, so that lags are large enough to compare and far from zero.
     base = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
 
-    exporter = MetricsExporter(config, APP).start(spark)
+    exporter = MetricsExporter(config, declared_app(APP)).start(spark)
     query = (
         sensor_stream(spark, config, source)
         .writeStream.queryName(QUERY)
@@ -392,7 +393,7 @@ def test_everything_exported_is_declared(scenario: Scenario) -> None:
 
 
 def test_start_is_idempotent_and_stop_frees_the_port(spark: SparkSession, tmp_path: Path) -> None:
-    exporter = MetricsExporter(exporter_config(tmp_path), APP)
+    exporter = MetricsExporter(exporter_config(tmp_path), declared_app(APP))
     try:
         assert exporter.start(spark) is exporter
         port = exporter.port
@@ -404,7 +405,7 @@ def test_start_is_idempotent_and_stop_frees_the_port(spark: SparkSession, tmp_pa
         exporter.stop()
     assert exporter.port is None
     # The port is free again for the next run of the app (as after a supervised restart).
-    again = MetricsExporter(exporter_config(tmp_path, f"metrics.ports.{APP}={port}"), APP)
+    again = MetricsExporter(exporter_config(tmp_path, f"metrics.ports.{APP}={port}"), declared_app(APP))
     try:
         assert again.start(spark).port == port
     finally:
@@ -416,14 +417,18 @@ def test_a_taken_port_is_a_clear_error(spark: SparkSession, tmp_path: Path) -> N
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()
         port = squatter.getsockname()[1]
-        exporter = MetricsExporter(exporter_config(tmp_path, f"metrics.ports.{APP}={port}"), APP)
+        exporter = MetricsExporter(
+            exporter_config(tmp_path, f"metrics.ports.{APP}={port}"), declared_app(APP)
+        )
         with pytest.raises(MetricsPortInUseError, match=rf"127\.0\.0\.1:{port}.*metrics\.ports\.{APP}"):
             exporter.start(spark)
         exporter.stop()
 
 
 def test_disabled_metrics_start_nothing(spark: SparkSession, tmp_path: Path) -> None:
-    exporter = MetricsExporter(exporter_config(tmp_path, "metrics.enabled=false"), APP).start(spark)
+    exporter = MetricsExporter(exporter_config(tmp_path, "metrics.enabled=false"), declared_app(APP)).start(
+        spark
+    )
     assert exporter.port is None
     assert exporter.url is None
     exporter.stop()
@@ -447,7 +452,7 @@ def test_restarts_survive_in_a_file_and_are_exported(spark: SparkSession, tmp_pa
     assert store.restarts_path(APP).name == f"{APP}.restarts.json"
 
     # A new exporter (as after a restart of the app) reports the persisted count.
-    with MetricsExporter(config, APP).start(spark) as exporter:
+    with MetricsExporter(config, declared_app(APP)).start(spark) as exporter:
         assert scrape(exporter.url or "").value("pipeline_restarts_total", app=APP) == 9
         store.record_restart(APP, cause="test")
         assert scrape(exporter.url or "").value("pipeline_restarts_total", app=APP) == 10
@@ -514,7 +519,7 @@ def test_kafka_source_lag_per_partition(tmp_path: Path) -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
     now = 1_800_000_000.0
-    recorder = ProgressRecorder(exporter_config(tmp_path), "raw_archive", clock=lambda: now)
+    recorder = ProgressRecorder(exporter_config(tmp_path), declared_app("raw_archive"), clock=lambda: now)
     registry = CollectorRegistry()
     registry.register(recorder)
 
@@ -566,7 +571,7 @@ def test_kafka_source_lag_per_partition(tmp_path: Path) -> None:
 
 
 def test_queries_of_other_apps_and_unnamed_queries_are_ignored(tmp_path: Path) -> None:
-    recorder = ProgressRecorder(exporter_config(tmp_path), APP)
+    recorder = ProgressRecorder(exporter_config(tmp_path), declared_app(APP))
     recorder.query_started(uuid.uuid4(), None)
     recorder.query_started(uuid.uuid4(), "ad_matching.matches")
     recorder.query_progress(

@@ -23,6 +23,7 @@ from stream_pipelines.checkpoint.inspect import preflight
 from stream_pipelines.control.control_store import ControlStore
 from stream_pipelines.control.lease import Lease
 from stream_pipelines.core import registry, store
+from stream_pipelines.core.registry import app as declared_app
 from stream_pipelines.devtools import generator
 from stream_pipelines.driver.batch_log import load_batches
 from stream_pipelines.kafka.topics import ensure_topics
@@ -103,7 +104,7 @@ def test_the_raw_archive_on_a_remote_store_survives_a_kill_minus_nine_exactly_on
     # The dead driver's lease is still on the store; the next driver takes it over.
     assert Lease(config, "raw_archive").read() is not None
 
-    assert "last committed batch" in preflight(config, "raw_archive").describe()
+    assert "last committed batch" in preflight(config, declared_app("raw_archive")).describe()
     resumed = run_app("raw_archive", "available-now", overrides)
     assert resumed.wait(600) == 0
     assert (checkpoint / "commits" / str(killed_batch)).exists(), "the interrupted batch was redone"

@@ -20,6 +20,7 @@ from typing import Any
 
 from stream_pipelines.control.control_store import ControlStore
 from stream_pipelines.core.config import load_config
+from stream_pipelines.core.registry import app as declared_app
 from stream_pipelines.devtools.processes import stop_process_group
 from stream_pipelines.observability.metrics import MetricsExporter
 from stream_pipelines.observability.monitoring_rules import APPS_JOB, render_prometheus_config
@@ -71,7 +72,7 @@ def test_prometheus_discovers_a_registered_driver_and_forgets_it_when_its_record
     )
 
     with contextlib.ExitStack() as running:
-        exporter = running.enter_context(MetricsExporter(config, APP).serve())
+        exporter = running.enter_context(MetricsExporter(config, declared_app(APP)).serve())
         writer = running.enter_context(metrics_targets_writer(overrides, targets_file, writer_log))
 
         def first_pass_written() -> bool:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from stream_pipelines.core.config import load_config
+from stream_pipelines.core.registry import app as declared_app
 from stream_pipelines.observability.metrics import MetricsExporter
 from stream_pipelines.observability.monitoring_rules import RULES_DIR, render_prometheus_config
 from tests.monitoring_stack import api, prometheus_server, wait_until
@@ -64,7 +65,7 @@ def running_query(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory)
     ]
     (source / "batch-000.jsonl").write_text("".join(json.dumps(event) + "\n" for event in events))
 
-    exporter = MetricsExporter(config, APP).start(spark)
+    exporter = MetricsExporter(config, declared_app(APP)).start(spark)
     query = (
         spark.readStream.schema("sensor_id string, temperature double, ts timestamp")
         .json(str(source))

@@ -23,6 +23,7 @@ import pytest
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
 from stream_pipelines.core.exit_codes import ExitCode
+from stream_pipelines.core.registry import app as declared_app
 from stream_pipelines.devtools.tls import KEY_FORMS
 from tests.conftest import (
     SecuredKafka,
@@ -156,7 +157,7 @@ def test_every_client_runs_over_the_secured_listener(
     assert reset.returncode == 0, log.read_text()
     from stream_pipelines.checkpoint.inspect import preflight
 
-    resumes_at = preflight(config, "raw_archive").query("archive").committed_offsets
+    resumes_at = preflight(config, declared_app("raw_archive")).query("archive").committed_offsets
     assert resumes_at == {topic: dict.fromkeys(partitions, 0) for topic, partitions in written.items()}
 
     secrets = config.kafka.security.secrets()
@@ -221,7 +222,7 @@ def test_a_refused_connection_is_a_configuration_error_named_at_start_up(
 
     # The start-up topic check: raised, not a "did not answer; starting anyway" after its 15 s.
     with pytest.raises(KafkaAccessRefused) as refused:
-        require_topics(config, "raw_archive", timeout_s=60)
+        require_topics(config, declared_app("raw_archive"), timeout_s=60)
     for words in said:
         assert words in str(refused.value)
 

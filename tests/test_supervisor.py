@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from stream_pipelines.control.control_store import ControlStore, apply_action
+from stream_pipelines.core.registry import app as declared_app
 from tests.conftest import (
     SUPERVISED_ARCHIVE,
     make_overrides_config,
@@ -74,7 +75,7 @@ def test_kill_minus_nine_is_healed_from_the_checkpoint(spark, airflow_env, archi
         wait_for(lambda: committed(checkpoint)[-1] > before_kill, 180, "a batch committed after the restart")
         # Let it drain the topics, then stop it the way an operator would.
         wait_for(lambda: archive_count(spark, config) == len(records), 240, "the archive to catch up")
-        apply_action(config, "raw_archive", "stop", by="test", reason="end of test")
+        apply_action(config, declared_app("raw_archive"), "stop", by="test", reason="end of test")
         output = finish(supervisor, log)
     finally:
         if supervisor.poll() is None:
@@ -121,7 +122,7 @@ def test_graceful_stop_is_not_restarted_as_a_crash(airflow_env, archive_setup, t
     supervisor = start_dag_test(airflow_env, "supervise_raw_archive", overrides, log)
     try:
         wait_for(lambda: len(committed(checkpoint)) >= 1, 240, "the first committed batch")
-        apply_action(config, "raw_archive", "stop", by="test", reason="maintenance")
+        apply_action(config, declared_app("raw_archive"), "stop", by="test", reason="maintenance")
         output = finish(supervisor, log)
     finally:
         if supervisor.poll() is None:
@@ -182,7 +183,7 @@ def test_a_frozen_driver_jvm_is_found_by_its_silence_killed_at_once_and_restarte
         wait_for(restarted, 180, "Airflow to start the app again")
         wait_for(lambda: committed(checkpoint)[-1] > frozen_at_batch + 1, 180, "batches after the restart")
         wait_for(lambda: archive_count(spark, config) == len(records), 240, "the archive to catch up")
-        apply_action(config, "raw_archive", "stop", by="test", reason="end of test")
+        apply_action(config, declared_app("raw_archive"), "stop", by="test", reason="end of test")
         output = finish(supervisor, log)
     finally:
         if jvm is not None and Path(f"/proc/{jvm}").exists():
@@ -226,7 +227,7 @@ def test_a_killed_task_runner_leaves_an_orphan_that_the_next_run_adopts(airflow_
         wait_for(lambda: "adopting raw_archive: owner" in second_log.read_text(), 240, "the adoption")
         before = committed(checkpoint)[-1]
         wait_for(lambda: committed(checkpoint)[-1] > before, 120, "the orphan to go on committing")
-        apply_action(config, "raw_archive", "stop", by="test", reason="end of test")
+        apply_action(config, declared_app("raw_archive"), "stop", by="test", reason="end of test")
         output = finish(second, second_log)
     finally:
         sampler.stop()

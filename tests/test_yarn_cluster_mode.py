@@ -21,6 +21,7 @@ from stream_pipelines.checkpoint.inspect import inspect
 from stream_pipelines.control.control_store import ControlStore, app_status, apply_action
 from stream_pipelines.control.lease import Lease, LeaseRecord
 from stream_pipelines.core.procfs import process_exists
+from stream_pipelines.core.registry import app as declared_app
 from stream_pipelines.core.resource_manager import ENDED_STATES, ResourceManager
 from tests.conftest import (
     SUPERVISED_ARCHIVE,
@@ -39,7 +40,7 @@ APP = "raw_archive"
 
 def last_committed(config) -> int:
     try:
-        return inspect(config, APP).query("archive").last_committed_batch or -1
+        return inspect(config, declared_app(APP)).query("archive").last_committed_batch or -1
     except Exception:  # not written yet
         return -1
 
@@ -147,7 +148,7 @@ def test_a_driver_in_yarn_restarts_from_its_checkpoint_when_its_container_dies_o
             )
             status = app_status(config, APP)
             wait_for(lambda: archive_count(spark, config) == len(records), 300, "the archive to catch up")
-            apply_action(config, APP, "stop", by="test", reason="end of test")
+            apply_action(config, declared_app(APP), "stop", by="test", reason="end of test")
             adopter.wait(300)
         first_output, output = log.read_text(), adopter_log.read_text()
     finally:

@@ -78,7 +78,9 @@ class DriverPlacement:
         driver this try started."""
         app, lease = self.app.name, Lease(self.config, self.app.name)
         self.log.info("adopting %s: %s", app, owner.describe())
-        guard = WatchdogThread(self.config, app, self.log, _ends_group(lambda: _owner_group(lease))).start()
+        guard = WatchdogThread(
+            self.config, self.app, self.log, _ends_group(lambda: _owner_group(lease))
+        ).start()
         interval = self.config.supervision.heartbeat_interval.seconds
         progress = _ProgressLog(self.log, app)
         try:
@@ -125,9 +127,7 @@ class OnThisWorker(DriverPlacement):
 
     def start(self, launch: Launch) -> None:
         hook = self._submission = self._hook(launch)
-        guard = WatchdogThread(
-            self.config, self.app.name, self.log, _ends_group(lambda: _submitted_group(hook))
-        )
+        guard = WatchdogThread(self.config, self.app, self.log, _ends_group(lambda: _submitted_group(hook)))
         guard.start()
         try:
             submit_detached(hook, self.app.entry_point)
@@ -195,7 +195,7 @@ class InYarn(DriverPlacement):
             application.am_container_logs or "(not yet placed)",
         )
         lease = Lease(self.config, app)
-        guard = WatchdogThread(self.config, app, self.log, _ends_application(rm, application.id)).start()
+        guard = WatchdogThread(self.config, self.app, self.log, _ends_application(rm, application.id)).start()
         seen = {"attempt": application.attempt, "state": application.state}
         progress = _ProgressLog(self.log, app)
 
@@ -354,13 +354,13 @@ class WatchdogThread:
     the drain timeout, then the kill (``ender``: SIGKILL to the driver's process group, or YARN's kill of
     its application). ``verdict`` says why."""
 
-    def __init__(self, config: PipelineConfig, app: str, log: Logger, ender: Ender) -> None:
+    def __init__(self, config: PipelineConfig, app: App, log: Logger, ender: Ender) -> None:
         self.config, self.app, self.log, self.ender = config, app, log, ender
         self.verdict: str | None = None
         # True from the verdict until the driver is gone, so the task does not give up on it first.
         self.busy = False
         self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"watchdog-{app}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"watchdog-{app.name}", daemon=True)
 
     def start(self) -> WatchdogThread:
         self._thread.start()
@@ -384,10 +384,12 @@ class WatchdogThread:
         self._thread.join(timeout=drain_s + 30 if self.busy else 10)
 
     def _run(self) -> None:
-        app, log = self.app, self.log
+        app, log = self.app.name, self.log
         lease = Lease(self.config, app)
         backlog = KafkaBacklog(self.config)
-        watchdog = Watchdog(WatchdogSettings.of(self.config, app), query_backlog(self.config, app, backlog))
+        watchdog = Watchdog(
+            WatchdogSettings.of(self.config, self.app), query_backlog(self.config, app, backlog)
+        )
         interval = self.config.supervision.heartbeat_interval.seconds
         unreadable, last_answer = False, time.monotonic()
         try:
@@ -423,7 +425,7 @@ class WatchdogThread:
             backlog.close()
 
     def _restart(self, verdict: str, can_drain: bool) -> None:
-        app, log = self.app, self.log
+        app, log = self.app.name, self.log
         store = ControlStore(self.config)
         # A frozen JVM cannot drain: asking it to would only add the drain timeout to the outage.
         drain_s = self.config.supervision.drain_timeout.seconds if can_drain else 0.0

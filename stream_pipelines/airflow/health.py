@@ -38,8 +38,7 @@ from stream_pipelines.control.lease import Lease, LeaseRecord
 from stream_pipelines.core import store
 from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig
 from stream_pipelines.core.procfs import process_exists
-from stream_pipelines.core.registry import APP_NAMES, APPS, spark_query_name
-from stream_pipelines.core.registry import app as declared_app
+from stream_pipelines.core.registry import APPS, App, spark_query_name
 from stream_pipelines.core.store import StoreError
 from stream_pipelines.observability.watchdog import Watchdog, WatchdogSettings
 from stream_pipelines.reconciliation import days as day_states
@@ -89,19 +88,19 @@ def http_get(url: str, timeout_s: float = SOURCE_TIMEOUT_S) -> bytes:
         raise SourceUnreachable(f"{url}: {getattr(error, 'reason', error)}") from error
 
 
-def metrics_url(config: PipelineConfig, app: str) -> str:
+def metrics_url(config: PipelineConfig, app: App) -> str:
     """Where the app's driver serves its metrics: as it registered them in its running record (a YARN
     container's node, a free port), else (none registered, or the control store does not answer) the
     configured port on this host."""
     try:
-        driver = ControlStore(config).running_driver(app)
+        driver = ControlStore(config).running_driver(app.name)
     except (OSError, StoreError):
         driver = None
     if driver is not None and driver.metrics is not None:
         return f"http://{driver.metrics.address}/metrics"
     # An exporter bound to every interface is reached on loopback from this host.
     reachable = "127.0.0.1" if config.metrics.binds_every_interface else config.metrics.host
-    return f"http://{reachable}:{declared_app(app).metrics_port(config)}/metrics"
+    return f"http://{reachable}:{app.metrics_port(config)}/metrics"
 
 
 def prometheus_counts(base_url: str, timeout_s: float = SOURCE_TIMEOUT_S) -> dict[str, dict[str, float]]:
@@ -342,7 +341,7 @@ def partition_times(
 
 def app_row(
     config: PipelineConfig,
-    app: str,
+    app: App,
     *,
     status: AppStatus,
     lease: LeaseRecord | None,
@@ -362,7 +361,7 @@ def app_row(
     """One app's row from what was read (``exposition`` is the metrics endpoint's text, None when it
     did not answer, with ``metrics_error`` saying why; ``metrics_source`` is where it was read)."""
     samples = parse_exposition(exposition) if exposition is not None else None
-    settings = WatchdogSettings.of(config, app)
+    settings, app_name = WatchdogSettings.of(config, app), app.name
     state, detail = page_state(status, stuck_reason(settings, lease, driver_exists, samples, now))
     window = config.supervision.crash_loop_window
     recent = [
@@ -371,10 +370,10 @@ def app_row(
         if now - datetime.fromisoformat(moment).timestamp() < window.seconds
     ]
     row = AppRow(
-        app=app,
+        app=app_name,
         state=state,
         state_detail=detail,
-        supervisor_dag=declared_app(app).supervisor_dag_id,
+        supervisor_dag=app.supervisor_dag_id,
         owner=f"{lease.host} pid {lease.pid} ({lease.owner[:8]})" if lease is not None else None,
         heartbeat_age_s=lease.heartbeat_age(now) if lease is not None else None,
         restarts_in_window=len(recent),
@@ -383,10 +382,10 @@ def app_row(
         last_restart=last_restart,
         metrics_source=metrics_source,
         metrics_unreachable=metrics_error if samples is None else None,
-        alerts=[a for a in alerts if a.get("labels", {}).get("app") == app],
-        actions=action_links(app),
+        alerts=[a for a in alerts if a.get("labels", {}).get("app") == app_name],
+        actions=action_links(app_name),
     )
-    queries = [spark_query_name(app, name) for name in declared_app(app).query_names]
+    queries = [spark_query_name(app_name, query) for query in app.query_names]
     values = {name: _by_query(samples or [], f"pipeline_{name}") for name in _QUERY_VALUES}
     for query in queries:
         health = QueryHealth(query=query)
@@ -416,7 +415,7 @@ def app_row(
         row.state_rows = _sum(q.state_rows for q in row.queries)
         row.partitions = partition_times(samples, config.kafka.topics.sensors.name, alerts)
     if prometheus is not None:
-        counts = prometheus.get(app, {})
+        counts = prometheus.get(app_name, {})
         row.late_drops, row.quarantined = counts.get("late_drops", 0.0), counts.get("quarantined", 0.0)
         row.counts_source = f"last {COUNT_WINDOW} (Prometheus)"
     elif samples is not None:
@@ -469,18 +468,18 @@ def action_links(app: str) -> dict[str, str]:
 # --------------------------------------------------------------------------- reading what is stored
 
 
-def last_committed(config: PipelineConfig, app: str) -> dict[str, CommittedBatch | None]:
+def last_committed(config: PipelineConfig, app: App) -> dict[str, CommittedBatch | None]:
     """Per query (``app.name``): the newest batch in its checkpoint's commit log and when it was written."""
     found: dict[str, CommittedBatch | None] = {}
-    for name in declared_app(app).query_names:
-        commits = store.location(config.spark.extra_conf, config.checkpoint_dir(app, name)) / "commits"
+    for name in app.query_names:
+        commits = store.location(config.spark.extra_conf, config.checkpoint_dir(app.name, name)) / "commits"
         entries = {
             int(entry): modified
             for entry, (_size, modified) in store.entries(commits).items()
             if entry.isdigit()  # not the .crc files beside them
         }
         newest = max(entries, default=None)
-        found[spark_query_name(app, name)] = (
+        found[spark_query_name(app.name, name)] = (
             None if newest is None else CommittedBatch(newest, entries[newest])
         )
     return found
@@ -618,8 +617,9 @@ def collect(
         alerts_source = "not configured (metrics.alertmanager_url)"
     control = ControlStore(config)
     rows = []
-    for app in APP_NAMES:
-        exposition, metrics_error, metrics_source = None, None, metrics_url(config, app)
+    for declared in APPS.values():
+        app = declared.name
+        exposition, metrics_error, metrics_source = None, None, metrics_url(config, declared)
         try:
             exposition = fetch(metrics_source).decode()
         except SourceUnreachable as error:
@@ -635,13 +635,13 @@ def collect(
             )
         driver_exists = None if record is None or record.host != lease.host else process_exists(record.pid)
         try:
-            committed = last_committed(config, app)
+            committed = last_committed(config, declared)
         except (OSError, StoreError):
             committed = {}
         rows.append(
             app_row(
                 config,
-                app,
+                declared,
                 status=status,
                 lease=record,
                 driver_exists=driver_exists,

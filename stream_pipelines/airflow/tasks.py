@@ -14,13 +14,14 @@ from stream_pipelines.checkpoint.inspect import CheckpointError
 from stream_pipelines.checkpoint.reset import parse_offsets_argument, parse_reset_time, reset
 from stream_pipelines.control.control_store import ControlStore, app_status, apply_action
 from stream_pipelines.core.registry import APP_NAMES
+from stream_pipelines.core.registry import app as declared_app
 from stream_pipelines.kafka.clients import KafkaAccessRefused
 from stream_pipelines.launching.submit import compact_submit_command
 from stream_pipelines.tables import maintenance
 
 
 def control_app(app: str, action: str, reason: str, requested_by: str) -> str:
-    outcome = apply_action(task_config(), app, action, by=requested_by, reason=reason)  # type: ignore[arg-type]
+    outcome = apply_action(task_config(), declared_app(app), action, by=requested_by, reason=reason)  # type: ignore[arg-type]
     print(outcome, flush=True)
     return outcome
 
@@ -51,7 +52,7 @@ def reset_checkpoint(params: dict[str, Any]) -> str:
     try:
         result = reset(
             config,
-            app,
+            declared_app(app),
             params.get("query") or "all",
             from_=params["start_from"],
             offsets=parse_offsets_argument(params["offsets"]) if params.get("offsets") else None,

@@ -41,7 +41,7 @@ from stream_pipelines.checkpoint.format import (
 )
 from stream_pipelines.core import registry
 from stream_pipelines.core.config import PipelineConfig
-from stream_pipelines.core.registry import APP_NAMES
+from stream_pipelines.core.registry import App
 from stream_pipelines.core.store import location as location_of
 from stream_pipelines.core.store import write_json
 
@@ -82,41 +82,34 @@ class QuerySpec:
         return [topic for source in self.sources for topic in source]
 
 
-def check_app(app: str) -> None:
-    if app not in APP_NAMES:
-        raise CheckpointError(f"unknown app {app!r}; the apps are {', '.join(APP_NAMES)}")
-
-
-def query_specs(config: PipelineConfig, app: str) -> list[QuerySpec]:
+def query_specs(config: PipelineConfig, app: App) -> list[QuerySpec]:
     """The app's queries in the order its build_sinks returns them, as the registry declares them."""
-    check_app(app)
     return [
         QuerySpec(
-            app,
+            app.name,
             query.name,
             config.source.kind,
             query.source_topics(config),
             query.sink.location(config) if query.sink is not None else None,
             query.state_layout,
         )
-        for query in registry.app(app).queries
+        for query in app.queries
     ]
 
 
-def query_fingerprints(config: PipelineConfig, app: str) -> dict[str, dict[str, Any]]:
+def query_fingerprints(config: PipelineConfig, app: App) -> dict[str, dict[str, Any]]:
     """Per query, the settings that shape its offsets and state; a change to any of them is incompatible.
 
     Stored in every checkpoint and compared at each start, so the keys and values must not change for
     the same configuration (tests/unit/test_checkpoint_reader.py pins them).
     """
-    check_app(app)
     return {
         query.name: {
             "source": config.source.kind,
             "source_topics": [list(source) for source in query.source_topics(config)],
             **query.state_shape(config),
         }
-        for query in registry.app(app).queries
+        for query in app.queries
     }
 
 
@@ -136,7 +129,7 @@ def _show(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def record_fingerprints(config: PipelineConfig, app: str) -> list[str]:
+def record_fingerprints(config: PipelineConfig, app: App) -> list[str]:
     """Record the current fingerprint in each checkpoint that has none yet; returns the files written.
 
     Call it right before the queries start. A checkpoint with no batch planned yet gets the current
@@ -145,11 +138,11 @@ def record_fingerprints(config: PipelineConfig, app: str) -> list[str]:
     written = []
     fingerprints = query_fingerprints(config, app)
     for spec in query_specs(config, app):
-        checkpoint = location_of(config.spark.extra_conf, config.checkpoint_dir(app, spec.name))
+        checkpoint = location_of(config.spark.extra_conf, config.checkpoint_dir(app.name, spec.name))
         target = checkpoint / FINGERPRINT_FILE
         if target.exists() and batch_ids(checkpoint / "offsets"):
             continue
-        write_fingerprint(target, app, spec.name, fingerprints[spec.name])
+        write_fingerprint(target, app.name, spec.name, fingerprints[spec.name])
         written.append(str(target))
     return written
 
@@ -331,11 +324,13 @@ def offset_lines(offsets: Mapping[str, Mapping[int, int]]) -> list[str]:
     ]
 
 
-def inspect(config: PipelineConfig, app: str) -> AppCheckpointReport:
+def inspect(config: PipelineConfig, app: App) -> AppCheckpointReport:
     """Read every query checkpoint of the app; never raises for what it finds, it reports it."""
     specs = query_specs(config, app)
     fingerprints = query_fingerprints(config, app)
-    return AppCheckpointReport(app, [_inspect_query(config, spec, fingerprints[spec.name]) for spec in specs])
+    return AppCheckpointReport(
+        app.name, [_inspect_query(config, spec, fingerprints[spec.name]) for spec in specs]
+    )
 
 
 def _inspect_query(config: PipelineConfig, spec: QuerySpec, fingerprint: dict[str, Any]) -> QueryCheckpoint:
@@ -607,7 +602,7 @@ def iso_utc(moment: datetime) -> str:
 # --------------------------------------------------------------------------- preflight
 
 
-def preflight(config: PipelineConfig, app: str) -> AppCheckpointReport:
+def preflight(config: PipelineConfig, app: App) -> AppCheckpointReport:
     """Inspect before a start; raises CheckpointError when a query must not be started from its checkpoint.
 
     The returned report's ``describe()`` is the resume point to log. A missing checkpoint is a fresh start.
@@ -615,7 +610,8 @@ def preflight(config: PipelineConfig, app: str) -> AppCheckpointReport:
     report = inspect(config, app)
     if report.ok:
         return report
-    lines = [f"checkpoint preflight refuses to start {app}:"]
+    name = app.name
+    lines = [f"checkpoint preflight refuses to start {name}:"]
     for query in report.queries:
         if not query.problems:
             continue
@@ -624,12 +620,12 @@ def preflight(config: PipelineConfig, app: str) -> AppCheckpointReport:
     lines.append("What to do: if it was an accident, undo it (revert the setting, restore the checkpoint).")
     lines.append(
         "Otherwise reset the checkpoint: state is lost, but no input is skipped or read twice. "
-        "Inspect first with `pipelinectl checkpoint inspect " + app + "`, then:"
+        "Inspect first with `pipelinectl checkpoint inspect " + name + "`, then:"
     )
     for query in report.queries:
         if query.problems:
-            lines.append(f"  {_reset_hint(app, query)}")
-    lines.append(f"(or the checkpoint reset DAG with app={app}, the query, `from` and confirm={app}).")
+            lines.append(f"  {_reset_hint(name, query)}")
+    lines.append(f"(or the checkpoint reset DAG with app={name}, the query, `from` and confirm={name}).")
     raise CheckpointError("\n".join(lines), report)
 
 

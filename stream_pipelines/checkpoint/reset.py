@@ -34,7 +34,6 @@ from stream_pipelines.checkpoint.inspect import (
     CheckpointError,
     QueryCheckpoint,
     QuerySpec,
-    check_app,
     inspect,
     iso_utc,
     jsonable,
@@ -49,6 +48,7 @@ from stream_pipelines.control.control_store import ControlStore
 from stream_pipelines.control.lease import live_owner
 from stream_pipelines.core import registry, store
 from stream_pipelines.core.config import PipelineConfig
+from stream_pipelines.core.registry import App
 from stream_pipelines.kafka.clients import check_access, offset_reader
 
 ResetFrom = Literal["committed", "offsets", "time"]
@@ -156,7 +156,7 @@ class _ResetPlan:
 
 def reset(
     config: PipelineConfig,
-    app: str,
+    app: App,
     query_or_all: str,
     *,
     from_: ResetFrom,
@@ -180,12 +180,12 @@ def reset(
     ids above the old ones. Only without any history does Spark start at batch 0, from a planted
     sources/<i>/0 (a new checkpoint at batch 0 over an existing file sink log would lose batches).
     """
-    check_app(app)
-    if confirm != app:
+    app_name = app.name
+    if confirm != app_name:
         raise CheckpointError(
-            f"reset of {app} not confirmed: a reset moves the checkpoint aside and rebuilds state from "
-            f"scratch. Type the app name to confirm (--confirm {app}, or confirm={app} in the DAG); "
-            f"got {confirm!r}"
+            f"reset of {app_name} not confirmed: a reset moves the checkpoint aside and rebuilds state from "
+            f"scratch. Type the app name to confirm (--confirm {app_name}, or confirm={app_name} in the "
+            f"DAG); got {confirm!r}"
         )
     _check_reset_arguments(from_, offsets, timestamp_ms)
     specs = _selected_queries(config, app, query_or_all)
@@ -195,7 +195,7 @@ def reset(
         # Nothing committed and no output: the query's next start is a fresh one anyway.
         untouched = {q.query for q in report.queries if not q.exists and q.output_latest_batch is None}
         skipped = [
-            f"{registry.spark_query_name(app, name)}: no checkpoint, nothing to reset"
+            f"{registry.spark_query_name(app_name, name)}: no checkpoint, nothing to reset"
             for name in sorted(untouched)
         ]
         specs = [spec for spec in specs if spec.name not in untouched]
@@ -228,7 +228,7 @@ def reset(
         _replace_checkpoint(plan, kept, fingerprints[plan.spec.name], reset_info)
         results.append(
             QueryReset(
-                query=registry.spark_query_name(app, plan.spec.name),
+                query=registry.spark_query_name(app_name, plan.spec.name),
                 path=str(plan.checkpoint),
                 old_checkpoint=str(kept) if kept else None,
                 first_batch=first_batch,
@@ -241,7 +241,7 @@ def reset(
                 notes=plan.notes,
             )
         )
-    return ResetResult(app, from_, results, skipped)
+    return ResetResult(app_name, from_, results, skipped)
 
 
 def _check_reset_arguments(from_: str, offsets: Mapping[str, Any] | None, timestamp_ms: int | None) -> None:
@@ -257,15 +257,16 @@ def _check_reset_arguments(from_: str, offsets: Mapping[str, Any] | None, timest
         raise CheckpointError(f"a time was given but the reset is from {from_}: use --from time")
 
 
-def _selected_queries(config: PipelineConfig, app: str, query_or_all: str) -> list[QuerySpec]:
+def _selected_queries(config: PipelineConfig, app: App, query_or_all: str) -> list[QuerySpec]:
     specs = query_specs(config, app)
     if query_or_all == "all":
         return specs
-    name = query_or_all.removeprefix(f"{app}.")
+    name = query_or_all.removeprefix(f"{app.name}.")
     chosen = [spec for spec in specs if spec.name == name]
     if not chosen:
         raise CheckpointError(
-            f"{app} has no query {query_or_all!r}; its queries: {', '.join(s.name for s in specs)}, or all"
+            f"{app.name} has no query {query_or_all!r}; its queries: "
+            f"{', '.join(s.name for s in specs)}, or all"
         )
     return chosen
 
@@ -388,16 +389,16 @@ def _partitions(conf: Mapping[str, str]) -> int:
 
 
 def _refuse_if_running(
-    config: PipelineConfig, app: str, checkpoint: Path, quiet_period_s: float | None
+    config: PipelineConfig, app: App, checkpoint: Path, quiet_period_s: float | None
 ) -> None:
     """A reset under a running query would be overwritten by it: refuse while the app owns its lease, or
     (for a driver from before leases) while its checkpoint is being written."""
 
-    owner = live_owner(config, app)
+    owner = live_owner(config, app.name)
     if owner is not None:
         raise CheckpointError(
-            f"{app} is running ({owner.describe()}). Stop it first (`pipelinectl stop {app}`), then retry "
-            "the reset"
+            f"{app.name} is running ({owner.describe()}). Stop it first (`pipelinectl stop {app.name}`), "
+            "then retry the reset"
         )
     written = [
         entry.stat().st_mtime
@@ -408,19 +409,18 @@ def _refuse_if_running(
     if not written:
         return
     last_write = max(written)
-    exit_recorded_at = ControlStore(config).exit_recorded_at(app)
+    exit_recorded_at = ControlStore(config).exit_recorded_at(app.name)
     if exit_recorded_at is not None and exit_recorded_at >= last_write:
         return  # the app recorded its exit after its last batch
     quiet = (
-        quiet_period_s
-        if quiet_period_s is not None
-        else max(60.0, 3 * registry.app(app).trigger_interval(config).seconds)
+        quiet_period_s if quiet_period_s is not None else max(60.0, 3 * app.trigger_interval(config).seconds)
     )
     age = time.time() - last_write
     if age < quiet:
         raise CheckpointError(
-            f"{app} looks like it is running: {checkpoint} was written {age:.0f}s ago and the app has not "
-            f"recorded an exit since. Stop it first (`pipelinectl stop {app}`), then retry the reset"
+            f"{app.name} looks like it is running: {checkpoint} was written {age:.0f}s ago and the app "
+            f"has not recorded an exit since. Stop it first (`pipelinectl stop {app.name}`), then retry "
+            "the reset"
         )
 
 

@@ -30,7 +30,7 @@ from typing import Any, Literal
 from stream_pipelines.core import resource_manager, store
 from stream_pipelines.core.config import PipelineConfig
 from stream_pipelines.core.procfs import process_exists, this_host
-from stream_pipelines.core.registry import app as declared_app
+from stream_pipelines.core.registry import App
 from stream_pipelines.core.store import read_json, write_json
 
 Desired = Literal["running", "stopped", "paused"]
@@ -332,28 +332,28 @@ def _count_of(record: dict[str, Any] | None) -> int:
 # --------------------------------------------------------------------------- operator decisions
 
 
-def apply_action(config: PipelineConfig, app: str, action: Action, *, by: str, reason: str = "") -> str:
+def apply_action(config: PipelineConfig, app: App, action: Action, *, by: str, reason: str = "") -> str:
     """Carry out an operator's action; returns a sentence saying what will happen."""
-    declared_app(app)
-    store = ControlStore(config)
+    name, store = app.name, ControlStore(config)
     if action in ("start", "restart", "resume"):
-        store.clear_crash_loop(app)
+        store.clear_crash_loop(name)
     if action == "stop":
-        store.set_desired(app, "stopped", by=by, reason=reason)
-        store.request_stop(app)
-        return f"{app}: asked to stop after its current batch; supervision will not restart it until started"
+        store.set_desired(name, "stopped", by=by, reason=reason)
+        store.request_stop(name)
+        return f"{name}: asked to stop after its current batch; supervision will not restart it until started"
     if action == "restart":
-        store.set_desired(app, "running", by=by, reason=reason)
-        store.request_stop(app)
+        store.set_desired(name, "running", by=by, reason=reason)
+        store.request_stop(name)
         return (
-            f"{app}: asked to stop after its current batch; the supervisor then starts it from its checkpoint"
+            f"{name}: asked to stop after its current batch; the supervisor then starts it from its "
+            "checkpoint"
         )
     if action in ("start", "resume"):
-        store.set_desired(app, "running", by=by, reason=reason)
-        return f"{app}: supervision on; the supervisor starts it if it is not running"
+        store.set_desired(name, "running", by=by, reason=reason)
+        return f"{name}: supervision on; the supervisor starts it if it is not running"
     if action == "pause":
-        store.set_desired(app, "paused", by=by, reason=reason)
-        return f"{app}: supervision paused; a running app keeps running, but nothing restarts it"
+        store.set_desired(name, "paused", by=by, reason=reason)
+        return f"{name}: supervision paused; a running app keeps running, but nothing restarts it"
     raise ValueError(f"unknown action {action!r}; use stop, start, restart, pause or resume")
 
 

@@ -452,7 +452,7 @@ class Stack:
         """The watchdog's window: no progress for this long while offsets wait is a stall."""
         from stream_pipelines.observability.watchdog import WatchdogSettings
 
-        return WatchdogSettings.of(self.config, app).window_s
+        return WatchdogSettings.of(self.config, APPS[app]).window_s
 
     # ---- environment and components
 
@@ -1057,7 +1057,9 @@ class Chaos:
         orphan = self.sampler.drivers(app)
         known = self.sampler.driver_pids(app)
         moment = time.time()
-        apply_action(self.config, app, "restart", by="chaos", reason="stop the adopted orphan gracefully")
+        apply_action(
+            self.config, APPS[app], "restart", by="chaos", reason="stop the adopted orphan gracefully"
+        )
 
         def replaced() -> bool:
             current = self.sampler.drivers(app)
@@ -1237,7 +1239,7 @@ def drain_and_stop(chaos: Chaos, timeout_s: float = 900) -> dict[str, Any]:
     time.sleep(2 * TRIGGER_S)  # one more trigger, so that the last watermark closes what it can
     say("drained" if drained else f"NOT drained within {timeout_s:.0f}s")
     for app in stack.apps:
-        apply_action(config, app, "stop", by="chaos", reason="end of the chaos run")
+        apply_action(config, APPS[app], "stop", by="chaos", reason="end of the chaos run")
     stopped = chaos.wait(lambda: not any(chaos.sampler.drivers(app) for app in stack.apps), 300, poll_s=1)
     say("apps stopped gracefully" if stopped else "apps did NOT stop within 300s")
     chaos.settle_accounts()

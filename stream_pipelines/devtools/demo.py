@@ -186,7 +186,7 @@ def _run(config: PipelineConfig, overrides: Sequence[str], broker) -> int:
         from stream_pipelines.control.control_store import apply_action
 
         for app in APP_NAMES:
-            apply_action(config, app, "stop", by="demo", reason="end of the demo")
+            apply_action(config, APPS[app], "stop", by="demo", reason="end of the demo")
         for app, process in supervisors.items():
             process.wait(300)
             print(f"    {app}: supervisor run {_dag_state(app)}")
@@ -307,7 +307,7 @@ def query_samples(config: PipelineConfig, app: str, query: str) -> dict[str, flo
     from stream_pipelines.airflow import health
 
     try:
-        text = health.http_get(health.metrics_url(config, app)).decode()
+        text = health.http_get(health.metrics_url(config, APPS[app])).decode()
     except health.SourceUnreachable:
         return None
     return {
@@ -488,7 +488,7 @@ def _scrape(config: PipelineConfig, app: str) -> dict[str, float]:
 
     totals: dict[str, float] = {}
     try:
-        text = health.http_get(health.metrics_url(config, app), timeout_s=5).decode()
+        text = health.http_get(health.metrics_url(config, APPS[app]), timeout_s=5).decode()
     except health.SourceUnreachable:
         return totals
     for sample in health.parse_exposition(text):

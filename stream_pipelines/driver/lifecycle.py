@@ -109,7 +109,7 @@ def _run_owned(config: PipelineConfig, app: App, trigger: TriggerMode, keeper: L
             recovery = QueryRecovery.of(config, app.name, spark, keeper)
             ended = run_streams(
                 config,
-                app.name,
+                app,
                 sinks,
                 trigger,
                 on_started=observation.start_batch_log,
@@ -168,7 +168,7 @@ class Observation:
 def observed(config: PipelineConfig, app: App, spark: SparkSession) -> Iterator[Observation]:
     """The metrics exporter and the batch log around the queries."""
 
-    exporter = MetricsExporter(config, app.name).start(spark)
+    exporter = MetricsExporter(config, app).start(spark)
     batch_log = BatchLogRecorder(config, app.name)
     try:
         yield Observation(batch_log.start, exporter.endpoint)
@@ -181,7 +181,7 @@ def start_queries(config: PipelineConfig, app: App, spark: SparkSession) -> list
     """The app's queries as declared; a new checkpoint remembers the settings that shape its state."""
 
     sinks = build_sinks(app, spark, config)
-    record_fingerprints(config, app.name)
+    record_fingerprints(config, app)
     return sinks
 
 
@@ -239,7 +239,7 @@ class StopRequest:
 
 def run_streams(
     config: PipelineConfig,
-    app: str,
+    app: App,
     sinks: Sequence[StreamSink],
     trigger: TriggerMode,
     *,
@@ -257,29 +257,29 @@ def run_streams(
     deliberate stop drains the batch in flight first.
     """
 
-    store = ControlStore(config)
-    stop = StopRequest(store.stop_marker(app))
+    name, store = app.name, ControlStore(config)
+    stop = StopRequest(store.stop_marker(name))
     stop.install_signal_handlers()
-    by_name = {spark_query_name(app, sink.name): sink for sink in sinks}
+    by_name = {spark_query_name(name, sink.name): sink for sink in sinks}
 
     def restart(query: StreamingQuery) -> StreamingQuery:
         return start_sink(config, app, by_name[query.name], trigger)
 
     queries = [start_sink(config, app, sink, trigger) for sink in sinks]
-    store.mark_running(app, metrics)
+    store.mark_running(name, metrics)
     if lease is not None:
         lease.follow(lambda: query_progress(queries), on_lost=stop.lose_lease)
     try:
         if on_started:
             on_started(queries)
-        _log(app, f"started {len(queries)} queries ({trigger}): {', '.join(q.name for q in queries)}")
-        restarter = InDriverRestarts(app, recovery, restart, stop) if recovery is not None else None
+        _log(name, f"started {len(queries)} queries ({trigger}): {', '.join(q.name for q in queries)}")
+        restarter = InDriverRestarts(name, recovery, restart, stop) if recovery is not None else None
         ended = _watch(
-            app, queries, stop, trigger, poll_s, config.supervision.drain_timeout.seconds, restarter
+            name, queries, stop, trigger, poll_s, config.supervision.drain_timeout.seconds, restarter
         )
         if stop.reason is not None:
-            store.clear_stop(app)
-        store.record_exit(app, ended.status, ended.detail)
+            store.clear_stop(name)
+        store.record_exit(name, ended.status, ended.detail)
         return ended
     except BaseException:
         for query in queries:
@@ -287,7 +287,7 @@ def run_streams(
                 query.stop()
         raise
     finally:
-        store.mark_not_running(app)
+        store.mark_not_running(name)
 
 
 def query_progress(queries: list[StreamingQuery]) -> dict[str, dict[str, object]]:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-    from stream_pipelines.core.registry import Query
+    from stream_pipelines.core.registry import App, Query
     from stream_pipelines.launching.submit import TriggerMode
 
 # The master of a session opened in-process on a config whose drivers run in YARN (get_spark).
@@ -272,11 +272,11 @@ def kafka_sink(
     )
 
 
-def start_sink(config: PipelineConfig, app: str, sink: StreamSink, trigger: TriggerMode) -> StreamingQuery:
+def start_sink(config: PipelineConfig, app: App, sink: StreamSink, trigger: TriggerMode) -> StreamingQuery:
     writer = (
-        sink.frame.writeStream.queryName(registry.spark_query_name(app, sink.name))
+        sink.frame.writeStream.queryName(registry.spark_query_name(app.name, sink.name))
         .outputMode(sink.output_mode)
-        .option("checkpointLocation", config.checkpoint_dir(app, sink.name))
+        .option("checkpointLocation", config.checkpoint_dir(app.name, sink.name))
         .options(**sink.options)
     )
     if sink.foreach_batch is not None:
@@ -290,7 +290,7 @@ def start_sink(config: PipelineConfig, app: str, sink: StreamSink, trigger: Trig
     if trigger == "available-now":
         writer = writer.trigger(availableNow=True)
     else:
-        writer = writer.trigger(processingTime=registry.app(app).trigger_interval(config).spark())
+        writer = writer.trigger(processingTime=app.trigger_interval(config).spark())
     return writer.start()
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from stream_pipelines.core.config import PipelineConfig, TopicSettings
-from stream_pipelines.core.registry import app as declared_app
+from stream_pipelines.core.registry import App
 from stream_pipelines.kafka.clients import KafkaAccessRefused, admin_client, cluster_metadata
 
 
@@ -58,7 +58,7 @@ class MissingTopicsError(RuntimeError):
 REFUSALS = (MissingTopicsError, KafkaAccessRefused)
 
 
-def require_topics(config: PipelineConfig, app: str, timeout_s: float = 15.0) -> str | None:
+def require_topics(config: PipelineConfig, app: App, timeout_s: float = 15.0) -> str | None:
     """Refuse to start an app whose source or sink topics are missing, naming them and the fix, or
     whose credentials or certificates the cluster refuses (``KafkaAccessRefused``).
 
@@ -67,10 +67,9 @@ def require_topics(config: PipelineConfig, app: str, timeout_s: float = 15.0) ->
     own clients retry the connection."""
     from confluent_kafka import KafkaException
 
-    declared = declared_app(app)
-    needed = declared.sink_topic_names(config)
+    needed = app.sink_topic_names(config)
     if config.source.kind == "kafka":
-        needed |= declared.source_topic_names(config)
+        needed |= app.source_topic_names(config)
     if not needed:
         return None
     try:
@@ -83,7 +82,8 @@ def require_topics(config: PipelineConfig, app: str, timeout_s: float = 15.0) ->
     missing = sorted(needed - existing)
     if missing:
         raise MissingTopicsError(
-            f"{app}: topic(s) {', '.join(missing)} do not exist on {config.kafka.bootstrap_servers}; "
-            f"create them with `pipelinectl topics` (same --env and --set as the app), then start {app} again"
+            f"{app.name}: topic(s) {', '.join(missing)} do not exist on {config.kafka.bootstrap_servers}; "
+            f"create them with `pipelinectl topics` (same --env and --set as the app), then start "
+            f"{app.name} again"
         )
     return None

@@ -95,7 +95,7 @@ def build(config: PipelineConfig, say: Callable[[str], None] = print) -> Path:
         write_training_replay(config, replay, datetime.now(UTC))
         overrides = training_overrides(folder / "data", replay, written)
         training = load_config(config.env, overrides, conf_dir=config.conf_dir)
-        command = spark_submit_command(training, TRAINING_APP, "available-now", overrides)
+        command = spark_submit_command(training, AD_MATCHING, "available-now", overrides)
         say(f"class archive: training it on a start of {TRAINING_APP} (about a minute); log: {log_path}")
         with log_path.open("w") as log_file:
             try:

@@ -43,13 +43,13 @@ def start_checks(config: PipelineConfig, app: App, log: Callable[[str], None]) -
     a refusal raises ``StartRefused``."""
 
     try:
-        unchecked = require_topics(config, app.name)
+        unchecked = require_topics(config, app)
     except REFUSALS as error:
         raise StartRefused(ExitCode.BAD_CONFIG, str(error)) from None
     if unchecked:
         log(f"{app.name}: {unchecked}")
     try:
-        log(preflight(config, app.name).describe())
+        log(preflight(config, app).describe())
     except CheckpointError as error:
         raise StartRefused(
             ExitCode.CHECKPOINT_REFUSED, f"checkpoint preflight refused to start {app.name}:\n{error}"
@@ -83,7 +83,7 @@ def prepare(
         log(f"{app.name}: removed a stop marker left by an earlier stop")
     store.mark_starting(app.name)
     conf = spark_conf(config, app.name)
-    command = spark_submit_command(config, app.name, trigger, overrides)
+    command = spark_submit_command(config, app, trigger, overrides)
     tag = None
     if config.on_yarn:
         tag = new_launch_tag()

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig
-from stream_pipelines.core.registry import app as declared_app
+from stream_pipelines.core.registry import App
 from stream_pipelines.launching import jvm
 from stream_pipelines.launching.spark_conf import spark_conf
 
@@ -79,11 +79,10 @@ def submit_command(
 
 
 def spark_submit_command(
-    config: PipelineConfig, app: str, trigger: TriggerMode, overrides: Sequence[str] = ()
+    config: PipelineConfig, app: App, trigger: TriggerMode, overrides: Sequence[str] = ()
 ) -> list[str]:
     """One streaming app, run with the given trigger."""
-    name = declared_app(app).name
-    return submit_command(config, name, ["--trigger", trigger], overrides, app=name)
+    return submit_command(config, app.name, ["--trigger", trigger], overrides, app=app.name)
 
 
 def reconcile_submit_command(config: PipelineConfig, day: date, overrides: Sequence[str] = ()) -> list[str]:

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from stream_pipelines.control.control_store import ControlStore, MetricsEndpoint
 from stream_pipelines.core.config import Duration, MetricsSettings, PipelineConfig, TopicSettings
-from stream_pipelines.core.registry import app as declared_app
+from stream_pipelines.core.registry import App
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -261,9 +261,9 @@ def observe_quarantine(df: DataFrame, name: str, reason_column: str = "quarantin
 # --------------------------------------------------------------------------- configured values
 
 
-def watermark_delays(config: PipelineConfig, app: str) -> dict[str, float]:
+def watermark_delays(config: PipelineConfig, app: App) -> dict[str, float]:
     """Configured watermark delay per input stream of an app, in seconds (none for the archive)."""
-    return {stream: delay.seconds for stream, delay in declared_app(app).watermarks(config).items()}
+    return {stream: delay.seconds for stream, delay in app.watermarks(config).items()}
 
 
 # --------------------------------------------------------------------------- progress -> state
@@ -308,15 +308,15 @@ class ProgressRecorder:
     def __init__(
         self,
         config: PipelineConfig,
-        app: str,
+        app: App,
         *,
         query_filter: Callable[[str], bool] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.app = app
+        self.app = app.name  # the label and the records' key
         self._clock = clock
-        self._accepts = query_filter or (lambda name: name.startswith(f"{app}."))
-        self._trigger_seconds = declared_app(app).trigger_interval(config).seconds
+        self._accepts = query_filter or (lambda name: name.startswith(f"{app.name}."))
+        self._trigger_seconds = app.trigger_interval(config).seconds
         self._stream_delays = watermark_delays(config, app)
         self._query_delay = max(self._stream_delays.values(), default=None)
         self._control = ControlStore(config)
@@ -580,9 +580,10 @@ class MetricsExporter:
 
     ``recorder_options`` (``query_filter``, ``clock``) go to its ``ProgressRecorder``."""
 
-    def __init__(self, config: PipelineConfig, app: str, **recorder_options: Any) -> None:
+    def __init__(self, config: PipelineConfig, app: App, **recorder_options: Any) -> None:
         self.config = config
-        self.app = app
+        self.app = app.name
+        self._declared = app
         self.enabled = config.metrics.enabled
         self.recorder = ProgressRecorder(config, app, **recorder_options)
         self._registry: CollectorRegistry | None = None
@@ -661,7 +662,7 @@ class MetricsExporter:
         from prometheus_client import start_http_server
 
         host = self.config.metrics.host
-        port = declared_app(self.app).metrics_port(self.config)
+        port = self._declared.metrics_port(self.config)
         try:
             server, _thread = start_http_server(port, addr=host, registry=self.registry)
         except OSError as error:

@@ -26,8 +26,7 @@ from typing import Any
 from stream_pipelines.checkpoint import format as checkpoint_format
 from stream_pipelines.control.lease import LeaseRecord
 from stream_pipelines.core.config import PipelineConfig
-from stream_pipelines.core.registry import app as declared_app
-from stream_pipelines.core.registry import query_of
+from stream_pipelines.core.registry import App, query_of
 from stream_pipelines.core.store import location
 from stream_pipelines.kafka.clients import offset_reader
 
@@ -47,9 +46,9 @@ class WatchdogSettings:
     jvm_answer_timeout_s: float = 15.0
 
     @classmethod
-    def of(cls, config: PipelineConfig, app: str) -> WatchdogSettings:
+    def of(cls, config: PipelineConfig, app: App) -> WatchdogSettings:
         supervision = config.supervision
-        trigger_s = declared_app(app).trigger_interval(config).seconds
+        trigger_s = app.trigger_interval(config).seconds
         return cls(
             trigger_s=trigger_s,
             window_s=max(supervision.watchdog_triggers * trigger_s, supervision.watchdog_min_window.seconds),

@@ -17,6 +17,7 @@ from stream_pipelines.checkpoint.inspect import CheckpointError
 from stream_pipelines.checkpoint.reset import reset
 from stream_pipelines.core import store
 from stream_pipelines.core.config import load_config
+from stream_pipelines.core.registry import app as declared_app
 from tests.unit.test_checkpoint_reader import FIXTURES, TUMBLING, written_spark_version
 
 
@@ -51,14 +52,16 @@ def config_of(both, kind: str, fixture: str, *extra: str):
 
 def test_inspect_reads_the_same_checkpoint_on_the_remote_store_as_on_a_local_disk(both):
     for fixture, app in (("kafka", "raw_archive"), ("files", "sensor_aggregation"), ("files", "ad_matching")):
-        local = checkpoint_inspect.inspect(config_of(both, "local", fixture), app)
-        remote = checkpoint_inspect.inspect(config_of(both, "remote", fixture), app)
+        local = checkpoint_inspect.inspect(config_of(both, "local", fixture), declared_app(app))
+        remote = checkpoint_inspect.inspect(config_of(both, "remote", fixture), declared_app(app))
         assert remote.ok and local.ok
         assert "inspection skipped" not in remote.describe()
         assert remote.describe().replace(both["remote"][1], "<root>") == local.describe().replace(
             both["local"][1], "<root>"
         )
-    archive = checkpoint_inspect.inspect(config_of(both, "remote", "kafka"), "raw_archive").query("archive")
+    archive = checkpoint_inspect.inspect(
+        config_of(both, "remote", "kafka"), declared_app("raw_archive")
+    ).query("archive")
     assert archive.last_committed_batch == 2 and archive.output_latest_batch == 2
     assert archive.committed_offsets["sensors"] == {0: 5, 1: 5, 2: 0}
 
@@ -86,7 +89,7 @@ def test_the_preflight_refuses_a_damaged_or_incompatible_remote_checkpoint_with_
         elif damage == "garbage commit":
             (checkpoint / "commits" / "1").write_bytes(b"\x00\xff not a commit")
         with pytest.raises(CheckpointError) as refused:
-            checkpoint_inspect.preflight(config, "sensor_aggregation")
+            checkpoint_inspect.preflight(config, declared_app("sensor_aggregation"))
         messages[kind] = str(refused.value).replace(both[kind][1], "<root>")
     assert messages["remote"] == messages["local"]
     assert "checkpoint preflight refuses to start sensor_aggregation" in messages["remote"]
@@ -105,7 +108,7 @@ def test_a_reset_from_committed_offsets_on_the_remote_store_writes_the_checkpoin
         # Uploaded just now: no quiet period, or the upload itself would look like a running app.
         result = reset(
             config,
-            "sensor_aggregation",
+            declared_app("sensor_aggregation"),
             "tumbling",
             from_="committed",
             confirm="sensor_aggregation",

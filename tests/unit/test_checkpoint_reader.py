@@ -21,6 +21,7 @@ from stream_pipelines.checkpoint.format import UnreadableFile
 from stream_pipelines.checkpoint.inspect import CheckpointError
 from stream_pipelines.core import registry
 from stream_pipelines.core.config import load_config
+from stream_pipelines.core.registry import app as declared_app
 from stream_pipelines.driver import batch_log
 
 FIXTURES = Path(__file__).parent / "fixtures" / "checkpoints"
@@ -304,7 +305,7 @@ def test_the_batch_log_reads_real_kafka_and_files_logs(tmp_path):
 
 
 def test_inspect_a_copied_files_source_checkpoint():
-    report = checkpoint_inspect.inspect(files_config(FIXTURES / "files"), "sensor_aggregation")
+    report = checkpoint_inspect.inspect(files_config(FIXTURES / "files"), declared_app("sensor_aggregation"))
     assert report.ok
     query_id = checkpoint_format.read_query_id(TUMBLING / "metadata")
     version = written_spark_version(TUMBLING)
@@ -332,7 +333,7 @@ def test_inspect_a_copied_files_source_checkpoint():
 
 
 def test_inspect_a_copied_kafka_checkpoint():
-    report = checkpoint_inspect.inspect(config(FIXTURES / "kafka"), "raw_archive")
+    report = checkpoint_inspect.inspect(config(FIXTURES / "kafka"), declared_app("raw_archive"))
     found = report.query("archive")
     assert report.ok and found.last_committed_batch == 2 and found.batch_in_flight is None
     assert found.committed_offsets == {topic: {0: 5, 1: 5, 2: 0} for topic in INPUT_TOPICS}
@@ -354,7 +355,9 @@ def test_preflight_on_a_copied_tree_refuses_with_the_same_messages(copied):
     offsets = checkpoint / "offsets" / "1"
     offsets.write_bytes(offsets.read_bytes()[:150])
     with pytest.raises(CheckpointError) as refused:
-        checkpoint_inspect.preflight(files_config(data, "spark.shuffle_partitions=3"), "sensor_aggregation")
+        checkpoint_inspect.preflight(
+            files_config(data, "spark.shuffle_partitions=3"), declared_app("sensor_aggregation")
+        )
     message = str(refused.value)
     assert message == "\n".join(
         [
@@ -378,7 +381,7 @@ def test_preflight_names_a_changed_window_and_partition_count():
     with pytest.raises(CheckpointError) as refused:
         checkpoint_inspect.preflight(
             files_config(FIXTURES / "files", "sensors.window=10 minutes", "spark.shuffle_partitions=3"),
-            "sensor_aggregation",
+            declared_app("sensor_aggregation"),
         )
     problems = refused.value.report.query("tumbling").problems
     assert problems == [
@@ -446,11 +449,11 @@ LOCAL_FINGERPRINTS = {
 def test_fingerprints_are_byte_for_byte_the_ones_checkpoints_store():
     local = load_config("local", environ={})
     for app in registry.APP_NAMES:
-        current = checkpoint_inspect.query_fingerprints(local, app)
+        current = checkpoint_inspect.query_fingerprints(local, declared_app(app))
         # Stored as sort_keys JSON, but compared as dicts, so the key order is pinned too.
         assert json.dumps(current) == json.dumps(LOCAL_FINGERPRINTS[app]), app
     files = checkpoint_inspect.query_fingerprints(
-        load_config("local", ["source.kind=files"], environ={}), "raw_archive"
+        load_config("local", ["source.kind=files"], environ={}), declared_app("raw_archive")
     )
     assert files == {
         "archive": {"source": "files", "source_topics": [["sensors"], ["impressions"], ["clicks_ads"]]}
@@ -465,24 +468,23 @@ def test_the_fixture_runs_recorded_the_current_fingerprints():
         (kafka, ARCHIVE, "raw_archive", "archive"),
     ):
         stored = json.loads((checkpoint / "pipeline_fingerprint.json").read_text())
-        assert stored["fingerprint"] == checkpoint_inspect.query_fingerprints(cfg, app)[query]
+        assert stored["fingerprint"] == checkpoint_inspect.query_fingerprints(cfg, declared_app(app))[query]
         assert stored["query"] == f"{app}.{query}"
 
 
 def test_query_specs_follow_the_registry():
     local = files_config(Path("/data"))
-    specs = checkpoint_inspect.query_specs(local, "ad_matching")
+    specs = checkpoint_inspect.query_specs(local, declared_app("ad_matching"))
     assert [(s.name, s.sources, s.output_path, s.stateful) for s in specs] == [
         ("matches", (("impressions",), ("clicks_ads",)), "/data/outputs/ad_matches", True),
         ("ctr", (("impressions",), ("clicks_ads",)), "/data/outputs/ad_ctr", True),
         ("quarantine", (("impressions",), ("clicks_ads",)), "/data/quarantine/ad_matching", False),
     ]
-    (archive,) = checkpoint_inspect.query_specs(local, "raw_archive")
+    (archive,) = checkpoint_inspect.query_specs(local, declared_app("raw_archive"))
     assert (
         archive.sources == (("sensors",), ("impressions",), ("clicks_ads",))
         and archive.output_path == "/data/archive"
     )
-    with pytest.raises(
-        CheckpointError, match="unknown app 'nope'; the apps are raw_archive, sensor_aggregation"
-    ):
-        checkpoint_inspect.query_specs(local, "nope")
+    # A name is resolved once, where it enters (the CLI, a DAG's params): an unknown one goes no further.
+    with pytest.raises(ValueError, match="unknown app 'nope'; the apps are: raw_archive, sensor_aggregation"):
+        declared_app("nope")

@@ -18,6 +18,7 @@ from stream_pipelines.control.control_store import (
     should_run,
 )
 from stream_pipelines.core.config import load_config
+from stream_pipelines.core.registry import app as declared_app
 
 APP = "sensor_aggregation"
 
@@ -28,7 +29,7 @@ def config(tmp_path: Path):
 
 
 def test_stop_records_who_and_why_and_asks_the_app_to_drain(config):
-    said = apply_action(config, APP, "stop", by="alice", reason="maintenance")
+    said = apply_action(config, declared_app(APP), "stop", by="alice", reason="maintenance")
     store = ControlStore(config)
     assert "asked to stop after its current batch" in said
     assert store.stop_marker(APP).exists()
@@ -39,13 +40,13 @@ def test_stop_records_who_and_why_and_asks_the_app_to_drain(config):
 
 
 def test_start_after_a_stop_lets_the_supervisor_run_it_again(config):
-    apply_action(config, APP, "stop", by="alice")
-    apply_action(config, APP, "start", by="bob")
+    apply_action(config, declared_app(APP), "stop", by="alice")
+    apply_action(config, declared_app(APP), "start", by="bob")
     assert should_run(config, APP) == (True, f"{APP} should run")
 
 
 def test_restart_keeps_it_wanted_but_drains_the_running_one(config):
-    apply_action(config, APP, "restart", by="alice")
+    apply_action(config, declared_app(APP), "restart", by="alice")
     store = ControlStore(config)
     assert store.desired(APP)["desired"] == "running"
     assert store.stop_marker(APP).exists()
@@ -54,18 +55,18 @@ def test_restart_keeps_it_wanted_but_drains_the_running_one(config):
 
 
 def test_pause_stops_supervision_and_resume_restores_it(config):
-    apply_action(config, APP, "pause", by="alice", reason="upgrade")
+    apply_action(config, declared_app(APP), "pause", by="alice", reason="upgrade")
     wanted, why = should_run(config, APP)
     assert not wanted and "paused" in why and "action=resume" in why
-    apply_action(config, APP, "resume", by="alice")
+    apply_action(config, declared_app(APP), "resume", by="alice")
     assert should_run(config, APP)[0]
 
 
 def test_unknown_app_and_action_are_named(config):
     with pytest.raises(ValueError, match="unknown app 'nope'; the apps are: raw_archive"):
-        apply_action(config, "nope", "stop", by="alice")
+        apply_action(config, declared_app("nope"), "stop", by="alice")
     with pytest.raises(ValueError, match="unknown action 'explode'"):
-        apply_action(config, APP, "explode", by="alice")  # type: ignore[arg-type]
+        apply_action(config, declared_app(APP), "explode", by="alice")  # type: ignore[arg-type]
 
 
 def test_restarts_are_counted_once_each_even_from_concurrent_supervisors(config):
@@ -94,7 +95,7 @@ def test_the_crash_loop_guard_trips_at_the_limit_within_the_window(config):
     wanted, why = should_run(config, APP)
     assert not wanted and "crash-looping" in why
     assert app_status(config, APP).state == "crash-looping"
-    apply_action(config, APP, "start", by="alice")
+    apply_action(config, declared_app(APP), "start", by="alice")
     assert store.crash_loop(APP) is None, "a start clears the guard"
 
 

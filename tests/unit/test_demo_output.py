@@ -12,6 +12,7 @@ from prometheus_client.exposition import start_http_server
 
 from stream_pipelines.control.control_store import ControlStore
 from stream_pipelines.core.config import load_config
+from stream_pipelines.core.registry import app as declared_app
 from stream_pipelines.devtools.demo import ProgressLine
 from stream_pipelines.devtools.processes import free_port
 from stream_pipelines.observability.metrics import ProgressRecorder
@@ -82,7 +83,7 @@ def test_the_progress_line_reads_batch_rows_watermark_from_the_endpoint_and_rest
             f"metrics.ports.ad_matching={silent_port}",
         ],
     )
-    recorder = ProgressRecorder(config, "sensor_aggregation")
+    recorder = ProgressRecorder(config, declared_app("sensor_aggregation"))
     registry = CollectorRegistry()
     registry.register(recorder)
     server, thread = start_http_server(port, addr="127.0.0.1", registry=registry)

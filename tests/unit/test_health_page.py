@@ -22,6 +22,7 @@ from stream_pipelines.control.control_store import AppStatus, ControlStore, app_
 from stream_pipelines.control.lease import Lease, LeaseRecord
 from stream_pipelines.core.config import PipelineConfig, load_config
 from stream_pipelines.core.registry import APP_NAMES
+from stream_pipelines.core.registry import app as declared_app
 from stream_pipelines.devtools.processes import free_port
 from stream_pipelines.observability.metrics import ProgressRecorder
 
@@ -94,7 +95,7 @@ def progress(query: str, *, batch: int, watermark: float, partitions: dict[int, 
 def exporter_text(config: PipelineConfig, *batches: Any) -> str:
     from prometheus_client import CollectorRegistry, generate_latest
 
-    recorder = ProgressRecorder(config, APP, clock=lambda: NOW)
+    recorder = ProgressRecorder(config, declared_app(APP), clock=lambda: NOW)
     registry = CollectorRegistry()
     registry.register(recorder)
     for batch in batches:
@@ -110,8 +111,8 @@ def row_of(config: PipelineConfig, exposition: str | None, **given: Any) -> heal
         "driver_exists": True if lease else None,
         "exposition": exposition,
         "metrics_error": None if exposition is not None else "unreachable: connection refused",
-        "metrics_source": health.metrics_url(config, APP),
-        "committed": health.last_committed(config, APP),
+        "metrics_source": health.metrics_url(config, declared_app(APP)),
+        "committed": health.last_committed(config, declared_app(APP)),
         "restart_times": ControlStore(config).restarts(APP).recent,
         "prometheus": None,
         "prometheus_error": "not configured",
@@ -119,7 +120,7 @@ def row_of(config: PipelineConfig, exposition: str | None, **given: Any) -> heal
         "lag_factor": health.watermark_lag_factor(),
         "now": NOW,
     }
-    return health.app_row(config, APP, **{**arguments, **given})
+    return health.app_row(config, declared_app(APP), **{**arguments, **given})
 
 
 def write_commit(config: PipelineConfig, query: str, batch: int, at: float) -> None:
@@ -238,7 +239,7 @@ def test_a_running_app_whose_heartbeat_is_stale_while_its_driver_lives_is_stuck(
     config = config_at(tmp_path)
     now = time.time()  # the watchdog ages a heartbeat against the wall clock
     stale = LeaseRecord("abc", "host", 1, now - 300, now - 100)
-    settings = health.WatchdogSettings.of(config, APP)
+    settings = health.WatchdogSettings.of(config, declared_app(APP))
     reason = health.stuck_reason(settings, stale, True, None, now)
     assert reason and "heartbeat 100s old" in reason
     state, detail = health.page_state(AppStatus(APP, "running", "pid 1"), reason)
@@ -251,7 +252,7 @@ def test_a_running_app_whose_heartbeat_is_stale_while_its_driver_lives_is_stuck(
 
 def test_no_progress_for_the_watchdog_window_while_offsets_wait_is_stuck(tmp_path):
     config = config_at(tmp_path)
-    settings = health.WatchdogSettings.of(config, APP)
+    settings = health.WatchdogSettings.of(config, declared_app(APP))
     topic = config.kafka.topics.sensors.name
     batch = progress(f"{APP}.tumbling", batch=2, watermark=NOW - 200, partitions={0: NOW}, topic=topic)
     samples = health.parse_exposition(exporter_text(config, batch))
@@ -439,9 +440,11 @@ def test_the_page_reads_a_driver_s_metrics_where_it_registered_them(tmp_path):
     from stream_pipelines.control.control_store import MetricsEndpoint
 
     config = config_at(tmp_path)
-    assert health.metrics_url(config, APP) == "http://127.0.0.1:9402/metrics"  # nothing registered
+    assert (
+        health.metrics_url(config, declared_app(APP)) == "http://127.0.0.1:9402/metrics"
+    )  # nothing registered
     ControlStore(config).mark_running(APP, metrics=MetricsEndpoint("node-7.cluster.example", 40123))
-    assert health.metrics_url(config, APP) == "http://node-7.cluster.example:40123/metrics"
+    assert health.metrics_url(config, declared_app(APP)) == "http://node-7.cluster.example:40123/metrics"
 
 
 def test_a_control_store_that_does_not_answer_leaves_the_configured_metrics_address(tmp_path):
@@ -451,7 +454,7 @@ def test_a_control_store_that_does_not_answer_leaves_the_configured_metrics_addr
     control = Path(config.data_path("control"))
     control.parent.mkdir(parents=True, exist_ok=True)
     control.write_text("a file where the control folder should be: every read of a record fails")
-    assert health.metrics_url(config, APP) == "http://127.0.0.1:9402/metrics"
+    assert health.metrics_url(config, declared_app(APP)) == "http://127.0.0.1:9402/metrics"
 
 
 def test_a_config_that_no_longer_loads_is_said_by_the_page_not_a_server_error(monkeypatch, tmp_path):

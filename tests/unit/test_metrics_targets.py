@@ -15,6 +15,7 @@ from stream_pipelines.cli import main
 from stream_pipelines.control.control_store import ControlStore, MetricsEndpoint
 from stream_pipelines.core.config import WILDCARD_HOSTS, MetricsSettings, PipelineConfig, load_config
 from stream_pipelines.core.procfs import this_host
+from stream_pipelines.core.registry import app as declared_app
 from stream_pipelines.observability.metrics import MetricsExporter, reachable_host
 from stream_pipelines.observability.metrics_targets import target_groups
 
@@ -48,7 +49,7 @@ def leave_running_record(
 
 def test_the_running_record_says_where_the_drivers_exporter_serves(config: PipelineConfig) -> None:
     store = ControlStore(config)
-    with MetricsExporter(config, APP).serve() as exporter:
+    with MetricsExporter(config, declared_app(APP)).serve() as exporter:
         endpoint = exporter.endpoint
         assert endpoint == MetricsEndpoint("127.0.0.1", exporter.port)
         with urllib.request.urlopen(f"http://{endpoint.address}/metrics", timeout=5) as response:
@@ -63,7 +64,7 @@ def test_the_running_record_says_where_the_drivers_exporter_serves(config: Pipel
 
 def test_a_driver_without_metrics_records_no_endpoint(config: PipelineConfig, tmp_path: Path) -> None:
     disabled = load_config("local", [f"paths.data_root={tmp_path}", "metrics.enabled=false"], environ={})
-    with MetricsExporter(disabled, APP).serve() as exporter:
+    with MetricsExporter(disabled, declared_app(APP)).serve() as exporter:
         assert exporter.endpoint is None
         store = ControlStore(disabled)
         store.mark_running(APP, exporter.endpoint)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from stream_pipelines.core.config import load_config
+from stream_pipelines.core.registry import app as declared_app
 from stream_pipelines.devtools.benchmarks.common import BenchmarkError
 from stream_pipelines.devtools.benchmarks.overhead import (
     BARE_DRIVER,
@@ -20,7 +21,7 @@ OVERRIDES = ("kafka.starting_offsets=latest", "paths.checkpoints=runs/x/checkpoi
 
 def test_the_bare_driver_gets_the_apps_launcher_and_spark_settings_and_the_same_config() -> None:
     config = load_config("local", OVERRIDES, environ={})
-    app_command = spark_submit_command(config, "sensor_aggregation", "processing", OVERRIDES)
+    app_command = spark_submit_command(config, declared_app("sensor_aggregation"), "processing", OVERRIDES)
     command = bare_command(app_command, config, "sensor_aggregation", OVERRIDES)
 
     at = app_command.index(script_path("sensor_aggregation"))

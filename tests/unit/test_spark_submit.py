@@ -11,6 +11,7 @@ import pytest
 
 from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig, load_config
 from stream_pipelines.core.kafka_security import SECRET_OPTIONS_PATTERN
+from stream_pipelines.core.registry import app as declared_app
 from stream_pipelines.launching import class_archive, jvm, submit
 
 SPARK_SUBMIT = "/opt/spark/bin/spark-submit"
@@ -77,7 +78,7 @@ def relocated_conf(tmp_path: Path) -> Path:
 def test_an_app_command_line():
     config = local_config()
 
-    assert submit.spark_submit_command(config, "sensor_aggregation", "processing") == [
+    assert submit.spark_submit_command(config, declared_app("sensor_aggregation"), "processing") == [
         SPARK_SUBMIT,
         "--master",
         "local[2]",
@@ -125,7 +126,9 @@ def test_the_reconcile_job_command_line():
 def test_an_app_reads_its_config_from_the_folder_the_launcher_read_it_from(relocated_conf: Path):
     config = local_config(relocated_conf, (METADATA_OVERRIDE,))
 
-    assert submit.spark_submit_command(config, "raw_archive", "available-now", [METADATA_OVERRIDE]) == [
+    assert submit.spark_submit_command(
+        config, declared_app("raw_archive"), "available-now", [METADATA_OVERRIDE]
+    ) == [
         SPARK_SUBMIT,
         "--master",
         "local[2]",
@@ -158,7 +161,7 @@ def test_the_reconcile_job_reads_its_config_from_the_folder_the_launcher_read_it
 def test_airflow_hands_an_app_the_same_arguments_as_the_command_line(relocated_conf: Path):
     # The Airflow operator passes the script and the Spark settings apart from the driver's arguments.
     config = local_config(relocated_conf, (METADATA_OVERRIDE,))
-    command = submit.spark_submit_command(config, "ad_matching", "processing")
+    command = submit.spark_submit_command(config, declared_app("ad_matching"), "processing")
 
     script = command.index(str(PROJECT_ROOT / "spark_apps" / "ad_matching.py"))
     assert submit.application_args(config, "processing") == command[script + 1 :]
@@ -166,4 +169,4 @@ def test_airflow_hands_an_app_the_same_arguments_as_the_command_line(relocated_c
 
 def test_an_unknown_app_is_refused_before_anything_starts():
     with pytest.raises(ValueError, match="unknown app 'sensors'"):
-        submit.spark_submit_command(local_config(), "sensors", "processing")
+        submit.spark_submit_command(local_config(), declared_app("sensors"), "processing")

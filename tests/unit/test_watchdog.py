@@ -11,6 +11,7 @@ from stream_pipelines.control.control_store import ControlStore
 from stream_pipelines.control.lease import Lease, LeaseRecord
 from stream_pipelines.core import store
 from stream_pipelines.core.config import load_config
+from stream_pipelines.core.registry import app as declared_app
 from stream_pipelines.observability.watchdog import Watchdog, WatchdogSettings
 
 QUERY = "raw_archive.archive"
@@ -134,7 +135,7 @@ def test_a_dead_drivers_lease_before_the_restart_takes_over_is_not_judged():
 def test_the_window_is_n_triggers_but_never_less_than_the_minimum(tmp_path: Path):
     def settings(*extra: str) -> WatchdogSettings:
         config = load_config("local", [f"paths.data_root={tmp_path}", *extra], environ={})
-        return WatchdogSettings.of(config, "raw_archive")
+        return WatchdogSettings.of(config, declared_app("raw_archive"))
 
     fast = settings("archive.trigger=1 seconds", "supervision.watchdog_triggers=6")
     assert (fast.trigger_s, fast.window_s) == (1, 120)  # the 2-minute floor of conf/local.yaml
@@ -263,7 +264,7 @@ def test_a_frozen_drivers_lease_read_back_from_the_store_is_found_stuck(stored_r
         environ={},
     )
     held = Lease(config, "raw_archive").acquire(log=print)
-    watchdog = Watchdog(WatchdogSettings.of(config, "raw_archive"), Broker(high=None))
+    watchdog = Watchdog(WatchdogSettings.of(config, declared_app("raw_archive")), Broker(high=None))
     supervisor_view = Lease(config, "raw_archive")
     assert watchdog.look(supervisor_view.read(), True) is None
     time.sleep(2.0)

@@ -27,7 +27,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     config, app = config_from_args(args), declared_app(args.app)
     spark = get_spark(config, app.name, own_scratch=True)
-    queries = [start_sink(config, app.name, sink, "processing") for sink in build_sinks(app, spark, config)]
+    queries = [start_sink(config, app, sink, "processing") for sink in build_sinks(app, spark, config)]
     print(f"{app.name}: started {len(queries)} bare queries", flush=True)
     spark.streams.awaitAnyTermination()
     return 1

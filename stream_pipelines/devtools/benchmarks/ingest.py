@@ -24,6 +24,7 @@ Results: a table on stdout and JSON in data/bench/ingest.json.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import math
 import shutil
@@ -36,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stream_pipelines.core import registry
 from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig
 from stream_pipelines.devtools.benchmarks.common import (
     BenchmarkError,
@@ -292,7 +294,8 @@ def run_spark_path(
         raise ValueError(f"unknown path {path!r}")
 
     started = time.perf_counter()
-    query = start_sink(config, app, sink, "available-now")
+    # A query of its own under the archive's declaration: its own name, checkpoint and output.
+    query = start_sink(config, dataclasses.replace(registry.RAW_ARCHIVE, name=app), sink, "available-now")
     try:
         # Short waits, so that an interrupt is acted on within a second and never inside a py4j call.
         while not query.awaitTermination(0.5):

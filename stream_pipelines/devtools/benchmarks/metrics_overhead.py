@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, field
 from http.client import HTTPException
 from typing import TYPE_CHECKING, Any
 
+from stream_pipelines.core import registry
 from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig
 from stream_pipelines.devtools.benchmarks.common import (
     BenchmarkError,
@@ -163,7 +164,7 @@ def run_app(
     scrape_summary = None
     with isolated_run(config, f"{mode}-{index}") as run_config:
         sinks = build_sinks(spark, run_config)
-        exporter = MetricsExporter(run_config, SENSOR_APP).start(spark) if mode == ON else None
+        exporter = MetricsExporter(run_config, registry.app(SENSOR_APP)).start(spark) if mode == ON else None
         scraper = None
         try:
             if exporter is not None:
@@ -171,7 +172,9 @@ def run_app(
                     raise BenchmarkError("the exporter did not start; is metrics.enabled false?")
                 scraper = Scraper(exporter.url, scrape_interval_s).start()
             started = time.perf_counter()
-            queries = [start_sink(run_config, SENSOR_APP, sink, "available-now") for sink in sinks]
+            queries = [
+                start_sink(run_config, registry.app(SENSOR_APP), sink, "available-now") for sink in sinks
+            ]
             await_queries(queries, interrupts)
             wall = time.perf_counter() - started
             per_query = {str(query.name): query_summary(query, dataset) for query in queries}

@@ -83,7 +83,7 @@ def measure_variant(
     """One start of ``variant``: its cold start, then its CPU per trigger once it has run ``--settle`` s."""
     from stream_pipelines.launching.submit import script_path, spark_submit_command
 
-    command = spark_submit_command(config, app, "processing", overrides)
+    command = spark_submit_command(config, registry.app(app), "processing", overrides)
     script = script_path(app)
     if variant == "bare":
         command, script = bare_command(command, config, app, overrides), str(BARE_DRIVER)

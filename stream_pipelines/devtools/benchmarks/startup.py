@@ -132,7 +132,7 @@ def time_one_start(
 ) -> dict[str, float]:
     from stream_pipelines.launching.submit import script_path, spark_submit_command
 
-    command = spark_submit_command(config, app, "processing", overrides)
+    command = spark_submit_command(config, APPS[app], "processing", overrides)
     with first_batch(config, app, command, script_path(app), log_path, interrupts) as started:
         pass
     return started.timeline.phases()

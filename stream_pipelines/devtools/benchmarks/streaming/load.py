@@ -268,7 +268,7 @@ class LoadedApp:
         run_config = self._folders.enter_context(isolated_run(self.config, f"{self.name}-{self.run}"))
         self._last_seen = {}
         self.queries = [
-            start_sink(run_config, self.app, sink, "processing")
+            start_sink(run_config, registry.app(self.app), sink, "processing")
             for sink in build_sinks(registry.APPS[self.app], self.spark, run_config)
             if not self.only or sink.name in self.only
         ]

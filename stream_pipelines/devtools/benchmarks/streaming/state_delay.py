@@ -25,6 +25,7 @@ from stream_pipelines.devtools.benchmarks.common import (
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+from stream_pipelines.core import registry
 from stream_pipelines.devtools.benchmarks.streaming.settings import DELAYS_MINUTES, SENSOR_APP, Profile
 
 # --------------------------------------------------------------------------- state rows vs delay
@@ -193,6 +194,6 @@ def replay_sliding(
         readings = readings_with_watermark(valid_events(parsed, SENSOR_READING), settings.watermark)
         frame = sliding_window_averages(readings, settings.sliding_window, settings.slide)
         sink = StreamSink(name="sliding_state", frame=frame, output_mode="update", format="noop")
-        query = start_sink(run_config, SENSOR_APP, sink, "available-now")
+        query = start_sink(run_config, registry.app(SENSOR_APP), sink, "available-now")
         await_queries([query], interrupts)
         return batch_progress(query)
