@@ -115,11 +115,21 @@ def test_crash_loop_guard_stops_restarts_and_says_why(airflow_env, archive_setup
     assert len(history.recent) == 2
 
 
-def test_graceful_stop_is_not_restarted_as_a_crash(airflow_env, archive_setup, tmp_path):
-    overrides, config, _ = archive_setup
+def test_graceful_stop_is_not_restarted_as_a_crash(
+    airflow_env, broker, secured_kafka, make_overrides, monkeypatch, tmp_path
+):
+    """Over the broker's mutual TLS listener, with a client key encrypted as openssl 3 encrypts one by
+    default: the supervisor's start checks, the driver's Kafka source and its watchdog all take it."""
+    environment = secured_kafka.environment()
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    overrides = make_overrides(*private_source_topics(), *SUPERVISED_ARCHIVE, *secured_kafka.mutual_tls())
+    config = make_overrides_config(overrides)
+    assert config.kafka.security.key_password_env is not None
+    produce_scenario(config, seed=22)
     checkpoint = Path(config.checkpoint_dir("raw_archive", "archive"))
     log = tmp_path / "dag_test.log"
-    supervisor = start_dag_test(airflow_env, "supervise_raw_archive", overrides, log)
+    supervisor = start_dag_test({**airflow_env, **environment}, "supervise_raw_archive", overrides, log)
     try:
         wait_for(lambda: len(committed(checkpoint)) >= 1, 240, "the first committed batch")
         apply_action(config, declared_app("raw_archive"), "stop", by="test", reason="maintenance")
