@@ -8,8 +8,9 @@ project's launcher); the only difference from every other test is configuration:
 "It ran on the cluster" is checked on the cluster's side, not only the driver's: the master lists a
 finished application with the app's name; the worker kept that application's executor folder, with
 the Kafka connector jars the driver shipped to it and an executor log recording the tasks it ran;
-and the driver's log names that application id. The sensor_aggregation run also needs Python on the
-executors (its metadata join is a Python data source), so it shows they import this package.
+and the driver's log names that application id. The raw_archive run reads Kafka over mutual TLS with an
+encrypted client key. The sensor_aggregation run also needs Python on the executors (its metadata join
+is a Python data source), so it shows they import this package.
 """
 
 from __future__ import annotations
@@ -73,13 +74,20 @@ def assert_ran_on_cluster(cluster: StandaloneCluster, app: str, driver_log: Path
     )
 
 
-def test_raw_archive_runs_on_the_standalone_cluster(spark, broker, cluster, make_overrides, tmp_path):
+def test_raw_archive_runs_on_the_standalone_cluster(
+    spark, broker, secured_kafka, cluster, make_overrides, monkeypatch, tmp_path
+):
+    """Over the broker's mutual TLS listener, with a client key encrypted as openssl 3 encrypts one by
+    default: the cluster's executors, JVMs of their own, read Kafka with the key the driver hands them."""
+    for name, value in secured_kafka.environment().items():
+        monkeypatch.setenv(name, value)
     suffix = uuid.uuid4().hex[:6]
     topics = generator.TopicNames(f"sensors-{suffix}", f"impressions-{suffix}", f"clicks-{suffix}")
     overrides = make_overrides(
         f"kafka.topics.sensors.name={topics.sensors}",
         f"kafka.topics.impressions.name={topics.impressions}",
         f"kafka.topics.clicks.name={topics.clicks}",
+        *secured_kafka.mutual_tls(),
         *on_cluster(cluster),
     )
     config = make_overrides_config(overrides)
