@@ -26,6 +26,7 @@ import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.decrepit.ciphers.algorithms import TripleDES
@@ -86,7 +87,7 @@ def check_client_identity(
             f"{leaf.not_valid_before_utc:%Y-%m-%d %H:%M} UTC (is this host's clock right?)"
         )
     key = open_client_key(key_file, password, password_variable)
-    if key.public_key().public_numbers() != leaf.public_key().public_numbers():
+    if _public_der(key.public_key()) != _public_der(leaf.public_key()):
         raise TlsFileError(
             f"key_file: {key_file} is not the key of certificate_file {certificate_file} "
             f"({leaf.subject.rfc4514_string()}): the two must be one pair; is one of them from another "
@@ -168,6 +169,11 @@ def _certificates(setting: str, location: str) -> list[x509.Certificate]:
     except ValueError as error:
         raise TlsFileError(f"{setting}: {location} holds no readable PEM certificate ({error})") from None
     return certificates
+
+
+def _public_der(public_key: Any) -> bytes:
+    der, info = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    return public_key.public_bytes(der, info)
 
 
 def _is_authority(certificate: x509.Certificate) -> bool:

@@ -253,6 +253,25 @@ def test_a_key_that_is_not_the_certificates_is_refused_naming_both(pki):
     assert f"key_file: {key} is not the key of certificate_file {certificate}" in message
 
 
+def test_a_certificate_of_another_key_type_than_its_key_is_a_mismatch_not_a_crash(pki, tmp_path):
+    """An Ed25519 certificate beside an RSA key: the keys are compared, whatever their types."""
+    ed_key, ed_certificate = tmp_path / "ed.key", tmp_path / "ed.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ed25519", "-nodes", "-keyout", str(ed_key), "-out",
+         str(ed_certificate), "-days", "1", "-subj", "/CN=ed25519-client"],
+        capture_output=True, check=True,
+    )  # fmt: skip
+    key = pki.clients["pkcs8-rsa"].key
+    message = refusal(
+        [
+            "kafka.security.protocol=SSL",
+            f"kafka.security.certificate_file={ed_certificate}",
+            f"kafka.security.key_file={key}",
+        ]
+    )
+    assert f"key_file: {key} is not the key of certificate_file {ed_certificate}" in message
+
+
 def test_an_expired_client_certificate_is_refused_with_its_date(pki):
     message = refusal(mutual_tls(pki, identity=pki.expired_client))
     assert f"certificate_file: {pki.expired_client.certificate}" in message and "expired on" in message
