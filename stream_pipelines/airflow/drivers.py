@@ -22,6 +22,7 @@ import socket
 import subprocess
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from logging import Logger
 from typing import Any
@@ -53,7 +54,7 @@ SUBMIT_ENVIRONMENT = (
 )
 
 
-class DriverPlacement:
+class DriverPlacement(ABC):
     """How one deploy mode finds, starts, follows and stops an app's driver."""
 
     def __init__(self, config: PipelineConfig, app: App, log: Logger) -> None:
@@ -65,13 +66,13 @@ class DriverPlacement:
         owner = live_owner(self.config, self.app.name)
         return None if owner is None else lambda: self.adopt(owner)
 
+    @abstractmethod
     def start(self, launch: Launch) -> None:
         """Submit a checked launch, then follow its driver until it ends."""
-        raise NotImplementedError
 
+    @abstractmethod
     def stop(self) -> None:
         """Airflow is stopping the task."""
-        raise NotImplementedError
 
     def adopt(self, owner: LeaseRecord) -> None:
         """Follow a live owner through its lease until it ends. The watchdog follows it as it would a
