@@ -138,6 +138,10 @@ def test_the_event_day_is_the_param_then_the_partition_key_and_a_run_by_hand_nee
     assert event_day(None, "2026-02-02") == "2026-02-02"
     with pytest.raises(ValueError, match="needs the date param"):
         event_day(None, None)
+    with pytest.raises(ValueError):
+        event_day("01/01/2026", None)
+    with pytest.raises(ValueError, match="partition key 'x' is not an event day"):
+        event_day(None, "x")
 
 
 def test_a_bad_go_live_day_watch_interval_or_reviewer_list_is_an_import_error_naming_the_variable(
