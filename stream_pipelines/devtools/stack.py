@@ -83,7 +83,6 @@ def airflow_environment(config: PipelineConfig, port: int = AIRFLOW_PORT) -> dic
         **os.environ,
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT_ROOT / "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         # 2 cores: a handful of task slots, not the 32 worker processes of the default.
