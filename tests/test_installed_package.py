@@ -21,8 +21,8 @@ UV = Path(sys.executable).parent / "uv"
 
 
 def run(command: list[str], **options) -> subprocess.CompletedProcess:
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, **options)
-    assert result.returncode == 0, f"{command[:3]} exited {result.returncode}:\n{result.stderr[-3000:]}"
+    result = subprocess.run(command, capture_output=True, timeout=600, **{"text": True, **options})
+    assert result.returncode == 0, f"{command[:3]} exited {result.returncode}:\n{result.stderr[-3000:]!r}"
     return result
 
 
