@@ -15,6 +15,7 @@ import pytest
 
 from stream_pipelines.core.config import PROJECT_ROOT
 from stream_pipelines.core.registry import APP_NAMES
+from stream_pipelines.launching import jvm
 
 pytestmark = pytest.mark.slow
 UV = Path(sys.executable).parent / "uv"
@@ -84,7 +85,13 @@ def test_the_installed_cli_runs_from_anywhere_with_a_named_conf_dir_and_nothing_
     )
     assert refused.returncode == 2 and "PIPELINE_CONF_DIR" in refused.stderr, refused.stderr
 
-    named = {**environment, "PIPELINE_CONF_DIR": str(PROJECT_ROOT / "conf")}
+    # The deployment names its conf dir, and where its JVM artifacts were resolved (here, the ones
+    # `make setup` resolved for this session: jars, not modules).
+    named = {
+        **environment,
+        "PIPELINE_CONF_DIR": str(PROJECT_ROOT / "conf"),
+        jvm.CACHE_VARIABLE: str(jvm.cache_root()),
+    }
     status = run(
         [pipelinectl, "status", "--set", f"paths.data_root={tmp_path}/data"], cwd=elsewhere, env=named
     )
