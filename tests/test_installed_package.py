@@ -16,6 +16,7 @@ import pytest
 from stream_pipelines.core.config import PROJECT_ROOT
 from stream_pipelines.core.registry import APP_NAMES
 from stream_pipelines.launching import jvm
+from tests.conftest import Replay, committed_rows, files_source_overrides, make_overrides_config
 
 pytestmark = pytest.mark.slow
 UV = Path(sys.executable).parent / "uv"
@@ -117,3 +118,62 @@ def test_the_installed_cli_runs_from_anywhere_with_a_named_conf_dir_and_nothing_
     script = next(part for part in seen["command"] if part.endswith("reconcile.py"))
     assert script.startswith(site_packages) and Path(script).is_file(), seen["command"]
     assert str(installed / "bin" / "spark-submit") == seen["command"][0]
+
+
+def test_the_installed_package_runs_an_app_through_spark_submit_from_its_own_entry_point(installed, tmp_path):
+    """raw_archive over a files replay, started by the installed `pipelinectl run` from another folder:
+    its spark-submit, its entry point and its driver all come from the new virtualenv, and the archive
+    holds every replayed line once."""
+    replay = Replay(tmp_path / "replay")
+    events = [
+        {
+            "event_id": f"e{i}",
+            "sensor_id": "sensor-0001",
+            "temperature": 20.0 + i,
+            "ts": f"2026-01-01T00:0{i}:00Z",
+        }
+        for i in range(5)
+    ]
+    replay.batch("sensors", events[:3])
+    replay.batch("sensors", events[3:])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    environment = {
+        **{
+            key: value
+            for key, value in os.environ.items()
+            if not key.startswith(("PYTHONPATH", "PIPELINE_", "VIRTUAL_ENV", "PYSPARK_", "SPARK_HOME"))
+        },
+        "PIPELINE_CONF_DIR": str(PROJECT_ROOT / "conf"),
+        jvm.CACHE_VARIABLE: str(jvm.cache_root()),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+    settings = [
+        f"paths.data_root={tmp_path / 'data'}",
+        *files_source_overrides(replay.root),
+        "spark.shuffle_partitions=2",
+        "spark.driver_memory=1g",
+        "spark.class_archive=false",  # trained on the checkout's classpath, not this install's
+        "metrics.enabled=false",
+    ]
+    command = [str(installed / "bin" / "pipelinectl"), "run", "raw_archive", "--trigger", "available-now"]
+    for setting in settings:
+        command += ["--set", setting]
+    with (tmp_path / "run.log").open("w") as log:
+        ran = subprocess.run(
+            command, cwd=elsewhere, env=environment, stdout=log, stderr=subprocess.STDOUT, timeout=600
+        )
+    output = (tmp_path / "run.log").read_text()
+    assert ran.returncode == 0, output[-4000:]
+    archived = [
+        row["value"]
+        for row in committed_rows(
+            make_overrides_config(settings), str(tmp_path / "data" / "archive"), ["value"]
+        )
+    ]
+    assert sorted(json.loads(value)["event_id"] for value in archived) == [e["event_id"] for e in events]
+    site_packages = str(installed / "lib")
+    assert (
+        f"{site_packages}/python3.11/site-packages/stream_pipelines/spark_apps/raw_archive.py" in output
+        or (str(PROJECT_ROOT / "stream_pipelines") not in output)
+    )
