@@ -136,8 +136,6 @@ def test_the_installed_package_runs_an_app_through_spark_submit_from_its_own_ent
     ]
     replay.batch("sensors", events[:3])
     replay.batch("sensors", events[3:])
-    for quiet in ("impressions", "clicks"):  # the archive reads every input topic
-        (replay.root / quiet).mkdir()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     environment = {
@@ -158,6 +156,8 @@ def test_the_installed_package_runs_an_app_through_spark_submit_from_its_own_ent
         "spark.class_archive=false",  # trained on the checkout's classpath, not this install's
         "metrics.enabled=false",
     ]
+    for topic in make_overrides_config(settings).kafka.topics.inputs():  # the archive reads every input
+        (replay.root / topic.name).mkdir(exist_ok=True)
     command = [str(installed / "bin" / "pipelinectl"), "run", "raw_archive", "--trigger", "available-now"]
     for setting in settings:
         command += ["--set", setting]
