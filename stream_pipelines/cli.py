@@ -8,6 +8,7 @@
     pipelinectl produce ...                    generate events to Kafka or to JSON-lines files
     pipelinectl run APP [--trigger ...]        run a streaming app through spark-submit
     pipelinectl stop APP                       ask a running app to stop gracefully (drain, commit, exit 0)
+    pipelinectl status [APP]                   each app's state; with APP, every control record behind it
     pipelinectl checkpoint inspect APP         the resume point and health of an app's checkpoints
     pipelinectl checkpoint reset APP --from committed|offsets|time [--query Q] [--offsets JSON]
                 [--time ISO] --confirm APP     a new checkpoint from those offsets (state is lost)
@@ -16,7 +17,7 @@
     pipelinectl outputs sweep [--dry-run]      remove output files the sinks' logs do not list (debris)
     pipelinectl metrics-targets --out FILE [--every SECONDS]
                                                Prometheus' file of the drivers' metrics endpoints (file_sd)
-    pipelinectl status | up | down             the local stack (make status / up / down)
+    pipelinectl up | down                      the local stack (make up / down)
     pipelinectl demo                           the scripted end-to-end scenario (make demo)
 
 Every command takes --env, --conf-dir and --set KEY=VALUE like the apps do.
@@ -35,6 +36,7 @@ from pathlib import Path
 
 from stream_pipelines.checkpoint.inspect import CheckpointError, inspect
 from stream_pipelines.checkpoint.reset import RESET_FROM, parse_offsets_argument, parse_reset_time, reset
+from stream_pipelines.control.app_report import app_line, app_records
 from stream_pipelines.control.control_store import ControlStore, apply_action
 from stream_pipelines.core.config import Duration, PipelineConfig, add_config_arguments, config_or_report
 from stream_pipelines.core.exit_codes import ExitCode
@@ -111,6 +113,14 @@ def _build_parser() -> argparse.ArgumentParser:
 
     stop = command("stop", _stop, "ask a running app to stop after its current batch")
     stop.add_argument("app", choices=APP_NAMES)
+
+    status = command(
+        "status",
+        _status,
+        "each app's state; with APP, every control record behind it (desired state, lease, last exit, "
+        "restarts, crash loop, watchdog) and where the records are kept",
+    )
+    status.add_argument("app", nargs="?", choices=APP_NAMES, default=None)
 
     checkpoint = command(
         "checkpoint",
@@ -262,6 +272,20 @@ def _follow_in_yarn(config: PipelineConfig, app: str, tag: str) -> int:
     if result.graceful:
         return 0
     return result.code if result.code is not None and result.code > 0 else 1
+
+
+def _status(config: PipelineConfig, args: argparse.Namespace) -> int:
+    if args.app is not None:
+        print("\n".join(app_records(config, declared_app(args.app))))
+        return 0
+    # In a development checkout the local servers (broker, Airflow, monitoring) come first.
+    developer_commands = _developer_commands()
+    if developer_commands is not None:
+        for line in developer_commands.local_servers_status(config):
+            print(line)
+    for name in APP_NAMES:
+        print(app_line(config, declared_app(name)))
+    return 0
 
 
 def _stop(config: PipelineConfig, args: argparse.Namespace) -> int:

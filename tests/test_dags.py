@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -156,3 +158,27 @@ def test_a_bad_go_live_day_watch_interval_or_reviewer_list_is_an_import_error_na
         errors = load_bag({**airflow_env, variable: value})["errors"]
         [error] = [text for path, text in errors.items() if path.endswith(dag_file)]
         assert variable in error and message in error, error
+
+
+def test_the_page_reaches_airflow_through_the_packages_entry_point_not_a_plugins_folder(
+    airflow_env, tmp_path
+):
+    """`airflow plugins`, as a platform engineer checks an install: with an empty plugins folder the page's
+    plugin is listed, its source the installed package's ``airflow.plugins`` entry point, and no plugin
+    failed to import."""
+    empty = tmp_path / "plugins"
+    empty.mkdir()
+    environment = {**airflow_env, "AIRFLOW__CORE__PLUGINS_FOLDER": str(empty)}
+    listed = subprocess.run(
+        [str(Path(sys.executable).parent / "airflow"), "plugins", "--output", "json"],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    plugins = {plugin["name"]: plugin for plugin in json.loads(listed.stdout)}
+    assert "streaming_pipeline" in plugins, sorted(plugins)
+    source = str(plugins["streaming_pipeline"]["source"])
+    assert "stream-pipelines" in source and "StreamingPipelinePlugin" in source, source
+    assert "already registered" not in listed.stderr and "Failed to load plugin" not in listed.stderr

@@ -1,7 +1,7 @@
 """The "Streaming pipeline" page in a real Airflow UI, in a real browser, against a real running query.
 
 Started here, on free loopback ports, and stopped at the end whatever happens: Airflow's api-server
-and dag-processor (as `make up` starts them, with the plugins folder from stack.airflow_environment),
+and dag-processor (as `make up` starts them; the page comes from the package's `airflow.plugins` entry point),
 Alertmanager (with one alert posted to it), and a watermarked streaming query named like the
 sensor app's, in this process' SparkSession, exporting through the real ``MetricsExporter``. The
 control record and the lease are this process'. The other apps' endpoints and Prometheus are

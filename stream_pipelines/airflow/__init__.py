@@ -1,6 +1,7 @@
 """Everything that runs inside Airflow: the supervisor (operator, adoption, watchdog thread, retry
 policy), the bodies of every DAG's tasks, DAG defaults, and the "Streaming pipeline" page (plugin and
-health data). The DAG files in dags/ and the plugin in plugins/ only wire these.
+health data). The DAG files in dags/ only wire these; the plugin reaches Airflow through the package's
+``airflow.plugins`` entry point.
 """
 
 from __future__ import annotations

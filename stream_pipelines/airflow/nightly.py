@@ -87,7 +87,8 @@ def _job_line_level(line: str) -> int:
 
 
 def reconcile(day: str) -> str:
-    """spark-submit spark_apps/reconcile.py for D; a non-zero exit fails the task with the job's message."""
+    """spark-submit the package's spark_apps/reconcile.py for D; a non-zero exit fails the task with the
+    job's message."""
 
     run_logged(
         reconcile_submit_command(task_config(), date.fromisoformat(day)),

@@ -276,7 +276,11 @@ class ControlStore:
         return store.update_json(self._path(app, "watchdog.json"), count)["total"]
 
     def watchdog_restarts(self, app: str) -> int:
-        return _count_of(self._read(app, "watchdog.json"))
+        return _count_of(self.watchdog_record(app))
+
+    def watchdog_record(self, app: str) -> dict[str, Any] | None:
+        """How often the watchdog restarted the app as stuck, the last reason and when; None if never."""
+        return self._read(app, "watchdog.json")
 
     def crash_loop(self, app: str) -> dict[str, Any] | None:
         return self._read(app, "crashloop.json")

@@ -788,7 +788,14 @@ def load_config(
     """Read, merge and validate the configuration; raises ConfigError with a readable message."""
     environ = os.environ if environ is None else environ
     env = env or environ.get(ENV_VARIABLE) or "local"
-    conf_path = Path(conf_dir or environ.get(CONF_DIR_VARIABLE) or DEFAULT_CONF_DIR).resolve()
+    named = conf_dir or environ.get(CONF_DIR_VARIABLE)
+    if not named and not DEFAULT_CONF_DIR.is_dir():
+        # An installed package has no conf/ beside it: the deployment names its own folder.
+        raise ConfigError(
+            f"no config folder: set {CONF_DIR_VARIABLE} or pass --conf-dir, naming the folder that holds "
+            f"{env}.yaml (only a source checkout has a default one, its conf/)"
+        )
+    conf_path = Path(named or DEFAULT_CONF_DIR).resolve()
     source = conf_path / f"{env}.yaml"
     raw = _read_config_file(conf_path, env, extended_by=())
     raw.setdefault("env", env)

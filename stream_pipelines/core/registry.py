@@ -19,9 +19,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from stream_pipelines.core.config import PROJECT_ROOT, Duration, PipelineConfig, TopicSettings
+from stream_pipelines.core.config import Duration, PipelineConfig, TopicSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -31,6 +32,16 @@ if TYPE_CHECKING:
 # --------------------------------------------------------------------------- datasets
 
 # Spark SQL type names used in the column lists below, and the pyspark type each stands for.
+# spark-submit's entry points ship inside the package (stream_pipelines.spark_apps): an installed wheel
+# finds them beside this module wherever it is installed, never in a source tree.
+SPARK_APPS_DIR = Path(__file__).resolve().parents[1] / "spark_apps"
+
+
+def entry_point(script: str) -> str:
+    """The file spark-submit runs for ``script`` (an app's name, ``reconcile`` or ``compact``)."""
+    return str(SPARK_APPS_DIR / f"{script}.py")
+
+
 _SPARK_TYPES = {
     "string": "StringType",
     "binary": "BinaryType",
@@ -354,8 +365,8 @@ class App:
 
     @property
     def entry_point(self) -> str:
-        """The spark-submit script, ``spark_apps/<name>.py``: it runs ``lifecycle.run_app``."""
-        return str(PROJECT_ROOT / "spark_apps" / f"{self.name}.py")
+        """The spark-submit script, ``spark_apps/<name>.py`` in the package: it runs ``lifecycle.run_app``."""
+        return entry_point(self.name)
 
     def trigger_interval(self, config: PipelineConfig) -> Duration:
         """How often the app's queries start a batch (its section's ``trigger``); how they run, continuously

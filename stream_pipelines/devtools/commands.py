@@ -52,7 +52,6 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     produce.add_argument("--out", default=None, help="folder for --to files (default: source.files_dir)")
     produce.add_argument("--realtime", action="store_true", help="pace sends to event time (live demos)")
 
-    command("status", _status, "what runs: broker, Airflow, monitoring, and each app's state")
     command("up", _up, "start the local stack: broker, Airflow, generator, Prometheus (make up)")
     command("down", _down, "stop everything `up` started, children included (make down)")
     command("demo", _demo, "the scripted end-to-end scenario that `make demo` runs")
@@ -188,10 +187,11 @@ def _produce(config: PipelineConfig, args: argparse.Namespace) -> int:
     return 0
 
 
-def _status(config: PipelineConfig, args: argparse.Namespace) -> int:
+def local_servers_status(config: PipelineConfig) -> list[str]:
+    """What `pipelinectl status` prints before the apps in a development checkout: the local servers."""
     from stream_pipelines.devtools import stack
 
-    return stack.status(config)
+    return stack.servers_status(config)
 
 
 def _up(config: PipelineConfig, args: argparse.Namespace) -> int:

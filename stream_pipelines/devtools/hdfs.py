@@ -2,7 +2,7 @@
 
 The daemons are Hadoop's own mains, ``org.apache.hadoop.hdfs.server.namenode.NameNode`` and
 ``...datanode.DataNode``, each a JVM of its own (so a test can stop the NameNode alone and bring it back
-on the same metadata), on the hdfs-server bundle (``infra/jvm/hdfs-server.ivy.xml``, resolved by
+on the same metadata), on the hdfs-server bundle (``launching/jvm_bundles/hdfs-server.ivy.xml``, resolved by
 ``make setup``) plus the Hadoop client and logging jars pyspark ships (``jvm.hdfs_server_classpath``).
 Their config (``core-site.xml``, ``hdfs-site.xml``), metadata, blocks, pid files and logs live under
 ``home``; the ports are chosen free once and kept in ``home/hdfs.json``, so a restart comes back on the

@@ -83,7 +83,6 @@ def airflow_environment(config: PipelineConfig, port: int = AIRFLOW_PORT) -> dic
         **os.environ,
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT_ROOT / "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         # 2 cores: a handful of task slots, not the 32 worker processes of the default.
@@ -385,23 +384,21 @@ def stop_components(config: PipelineConfig, names: list[str]) -> set[int]:
     return started_below
 
 
-def status(config: PipelineConfig) -> int:
-    from stream_pipelines.control.control_store import app_status
+def servers_status(config: PipelineConfig) -> list[str]:
+    """One line per local server this checkout's stack runs: the broker, HDFS and YARN when managed here,
+    and each component (Airflow's, Prometheus, the generator)."""
     from stream_pipelines.devtools.broker import LocalBroker
 
-    print(LocalBroker(config).status().describe())
+    lines = [LocalBroker(config).status().describe()]
     if config.hdfs.manage_local:
         cluster = hdfs.for_config(config)
-        print(f"hdfs: {'running' if cluster.running() else 'stopped'} ({cluster.default_fs})")
+        lines.append(f"hdfs: {'running' if cluster.running() else 'stopped'} ({cluster.default_fs})")
     if config.yarn.manage_local:
         resource_manager = yarn.for_config(config)
         up_now = resource_manager.daemon_running("resourcemanager")
-        print(f"yarn: {'running' if up_now else 'stopped'} ({resource_manager.rm_url})")
+        lines.append(f"yarn: {'running' if up_now else 'stopped'} ({resource_manager.rm_url})")
     for component in components(config):
         pid = recorded_pid(config, component.name)
         state = f"running (pid {pid})" if pid and _alive(pid) else "stopped"
-        print(f"{component.name}: {state}")
-    for app in APP_NAMES:
-        app_state = app_status(config, app)
-        print(f"app {app}: {app_state.state} - {app_state.detail}")
-    return 0
+        lines.append(f"{component.name}: {state}")
+    return lines

@@ -3,8 +3,9 @@
 The daemons are Hadoop's own mains, ``org.apache.hadoop.yarn.server.resourcemanager.ResourceManager``
 and ``...nodemanager.NodeManager``, each a JVM of its own (so a test or the chaos run can restart the
 NodeManager alone), on the jars the HDFS launcher uses (``hadoop-client-minicluster`` holds the YARN
-servers too) plus BouncyCastle (``infra/jvm/yarn-server.ivy.xml``). The HDFS is ``devtools.hdfs``'s,
-under ``home/hdfs``: YARN's applications stage their files on it and the pipeline keeps its data there.
+servers too) plus BouncyCastle (``launching/jvm_bundles/yarn-server.ivy.xml``). The HDFS is
+``devtools.hdfs``'s, under ``home/hdfs``: YARN's applications stage their files on it and the pipeline
+keeps its data there.
 
 ``home/conf`` is the Hadoop client configuration (``core-site.xml``, ``hdfs-site.xml``, ``yarn-site.xml``):
 spark-submit finds the ResourceManager through ``HADOOP_CONF_DIR`` pointing at it. The ports are chosen

@@ -1,7 +1,7 @@
 """The JVM pieces: a Java 17+ check, and pinned Maven Central artifacts resolved once into a local cache.
 
 Resolution uses the Ivy jar that pyspark bundles (the resolver behind ``--packages``), so no Maven
-install is needed. Each bundle is described by ``infra/jvm/<bundle>.ivy.xml``; a stamp holding the
+install is needed. Each bundle is described by ``launching/jvm_bundles/<bundle>.ivy.xml``; a stamp holding the
 descriptor's hash makes ``resolve`` a no-op when nothing changed, and lets apps start offline.
 """
 
@@ -18,7 +18,8 @@ from pathlib import Path
 
 from stream_pipelines.core.config import PROJECT_ROOT
 
-DESCRIPTOR_DIR = PROJECT_ROOT / "infra" / "jvm"
+# The bundles' Ivy descriptors ship inside the package: an installed wheel resolves the same pins.
+DESCRIPTOR_DIR = Path(__file__).resolve().parent / "jvm_bundles"
 CACHE_VARIABLE = "PIPELINE_JVM_CACHE"
 BUNDLES = ("spark-kafka", "spark-s3a", "kafka-broker", "hdfs-server", "yarn-server")
 MINIMUM_JAVA = 17
@@ -128,7 +129,7 @@ def resolve(bundle: str, *, quiet: bool = False) -> Path:
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0 or not any(staging.glob("*.jar")):
         tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-25:])
-        raise JvmSetupError(f"could not resolve {bundle} (infra/jvm/{bundle}.ivy.xml):\n{tail}")
+        raise JvmSetupError(f"could not resolve {bundle} ({DESCRIPTOR_DIR / (bundle + '.ivy.xml')}):\n{tail}")
     (staging / ".resolved").write_text(_descriptor_digest(bundle))
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
@@ -167,7 +168,7 @@ def kafka_classpath() -> str:
 
 # The jars of pyspark's own distribution the HDFS daemons run on beside the hdfs-server bundle: the same
 # Hadoop 3.4.2 client Spark uses, and its logging. Names, not globs: a pyspark upgrade that changes them
-# must fail here, loudly, and bring infra/jvm/hdfs-server.ivy.xml along.
+# must fail here, loudly, and bring launching/jvm_bundles/hdfs-server.ivy.xml along.
 HDFS_SERVER_PYSPARK_JARS = (
     "hadoop-client-api-3.4.2.jar",
     "hadoop-client-runtime-3.4.2.jar",
@@ -191,7 +192,7 @@ def hdfs_server_classpath(conf_dir: Path) -> str:
     if missing:
         raise JvmSetupError(
             f"pyspark no longer ships {', '.join(missing)}: update jvm.HDFS_SERVER_PYSPARK_JARS and "
-            "infra/jvm/hdfs-server.ivy.xml to the Hadoop version pyspark ships"
+            "launching/jvm_bundles/hdfs-server.ivy.xml to the Hadoop version pyspark ships"
         )
     return os.pathsep.join(str(entry) for entry in [conf_dir, *jars("hdfs-server"), *shipped])
 
@@ -199,6 +200,6 @@ def hdfs_server_classpath(conf_dir: Path) -> str:
 def yarn_server_classpath(conf_dir: Path) -> str:
     """The classpath of a ResourceManager or NodeManager: its config folder first, the yarn-server bundle
     (plain Hadoop with its dependencies), then the minicluster jar for the one class that set lacks
-    (infra/jvm/yarn-server.ivy.xml says which, and why not the minicluster alone)."""
+    (launching/jvm_bundles/yarn-server.ivy.xml says which, and why not the minicluster alone)."""
     minicluster = [jar for jar in jars("hdfs-server") if jar.name.startswith("hadoop-client-minicluster-")]
     return os.pathsep.join(str(entry) for entry in [conf_dir, *jars("yarn-server"), *minicluster])

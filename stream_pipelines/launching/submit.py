@@ -10,21 +10,16 @@ from datetime import date
 from pathlib import Path
 from typing import Literal
 
-from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig
-from stream_pipelines.core.registry import App
+from stream_pipelines.core.config import PipelineConfig
+from stream_pipelines.core.registry import App, entry_point
 from stream_pipelines.launching import jvm
 from stream_pipelines.launching.spark_conf import spark_conf
 
 # How a streaming app's queries are triggered (the driver's ``--trigger``): every trigger interval, or
 # once over what is available now, then the app exits.
 TriggerMode = Literal["processing", "available-now"]
-SPARK_APPS_DIR = PROJECT_ROOT / "spark_apps"
 RECONCILE_SCRIPT = "reconcile"
 COMPACT_SCRIPT = "compact"
-
-
-def script_path(script: str) -> str:
-    return str(SPARK_APPS_DIR / f"{script}.py")
 
 
 def driver_args(
@@ -62,8 +57,8 @@ def submit_command(
     overrides: Sequence[str] = (),
     app: str | None = None,
 ) -> list[str]:
-    """spark-submit of ``spark_apps/<script>.py`` with exactly the streaming apps' Spark settings (those
-    of ``app``'s driver when it is one of them)."""
+    """spark-submit of the package's ``spark_apps/<script>.py`` with exactly the streaming apps' Spark
+    settings (those of ``app``'s driver when it is one of them)."""
     command = [
         spark_submit_executable(),
         "--master",
@@ -75,7 +70,7 @@ def submit_command(
     ]
     for key, value in spark_conf(config, app, job=script).items():
         command += ["--conf", f"{key}={value}"]
-    return [*command, script_path(script), *driver_args(config, script_args, overrides)]
+    return [*command, entry_point(script), *driver_args(config, script_args, overrides)]
 
 
 def spark_submit_command(
@@ -86,14 +81,14 @@ def spark_submit_command(
 
 
 def reconcile_submit_command(config: PipelineConfig, day: date, overrides: Sequence[str] = ()) -> list[str]:
-    """The nightly reconciliation of event day D (spark_apps/reconcile.py)."""
+    """The nightly reconciliation of event day D (spark_apps/reconcile.py in the package)."""
     return submit_command(config, RECONCILE_SCRIPT, ["--date", day.isoformat()], overrides)
 
 
 def compact_submit_command(
     config: PipelineConfig, *, dry_run: bool = False, overrides: Sequence[str] = ()
 ) -> list[str]:
-    """The compaction of every file sink's closed days (spark_apps/compact.py)."""
+    """The compaction of every file sink's closed days (spark_apps/compact.py in the package)."""
     return submit_command(config, COMPACT_SCRIPT, ["--dry-run"] if dry_run else [], overrides)
 
 

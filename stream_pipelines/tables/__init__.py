@@ -5,5 +5,5 @@ its retention, and sweeping what no sink's log lists.
   day_reader      a dataset's event day, from its compacted versions and its sink's log
   retention       how long each kind of data is kept, and its removal
   maintenance     the daily sweep of the file sinks' outputs
-  compaction      the job that compacts closed days (spark_apps/compact.py)
+  compaction      the job that compacts closed days (stream_pipelines/spark_apps/compact.py)
 """

@@ -282,3 +282,21 @@ def test_an_hdfs_path_is_completed_only_from_a_default_fs_that_names_a_namenode(
         environ={},
     )
     assert unnamed.data_path("archive") == "hdfs:///pipeline/archive"
+
+
+def test_an_install_without_a_conf_dir_is_told_how_to_name_one(monkeypatch, tmp_path):
+    """An installed wheel has no conf/ beside it: with neither PIPELINE_CONF_DIR nor --conf-dir, the error
+    says how to name the folder instead of pointing into site-packages."""
+    from stream_pipelines.core import config as config_module
+
+    monkeypatch.setattr(config_module, "DEFAULT_CONF_DIR", tmp_path / "site-packages" / "conf")
+    with pytest.raises(ConfigError) as refused:
+        load_config("local", environ={})
+    message = str(refused.value)
+    assert "no config folder" in message and "PIPELINE_CONF_DIR" in message and "--conf-dir" in message
+    assert "site-packages" not in message
+    # A folder that was named but lacks the environment's file is still named in the error.
+    named = tmp_path / "conf"
+    named.mkdir()
+    with pytest.raises(ConfigError, match=f"{named}/local.yaml does not exist"):
+        load_config("local", environ={"PIPELINE_CONF_DIR": str(named)})

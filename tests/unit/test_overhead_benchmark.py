@@ -7,6 +7,7 @@ import pytest
 
 from stream_pipelines.core.config import load_config
 from stream_pipelines.core.registry import app as declared_app
+from stream_pipelines.core.registry import entry_point
 from stream_pipelines.devtools.benchmarks.common import BenchmarkError
 from stream_pipelines.devtools.benchmarks.overhead import (
     BARE_DRIVER,
@@ -14,7 +15,7 @@ from stream_pipelines.devtools.benchmarks.overhead import (
     format_table,
     summarize,
 )
-from stream_pipelines.launching.submit import script_path, spark_submit_command
+from stream_pipelines.launching.submit import spark_submit_command
 
 OVERRIDES = ("kafka.starting_offsets=latest", "paths.checkpoints=runs/x/checkpoints")
 
@@ -24,7 +25,7 @@ def test_the_bare_driver_gets_the_apps_launcher_and_spark_settings_and_the_same_
     app_command = spark_submit_command(config, declared_app("sensor_aggregation"), "processing", OVERRIDES)
     command = bare_command(app_command, config, "sensor_aggregation", OVERRIDES)
 
-    at = app_command.index(script_path("sensor_aggregation"))
+    at = app_command.index(entry_point("sensor_aggregation"))
     assert command[:at] == app_command[:at]
     assert command[at:] == [
         str(BARE_DRIVER),

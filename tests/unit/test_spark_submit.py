@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import stream_pipelines
 from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig, load_config
 from stream_pipelines.core.kafka_security import SECRET_OPTIONS_PATTERN
 from stream_pipelines.core.registry import app as declared_app
@@ -17,6 +18,8 @@ from stream_pipelines.launching import class_archive, jvm, submit
 SPARK_SUBMIT = "/opt/spark/bin/spark-submit"
 KAFKA_JARS = ["/jars/spark-sql-kafka.jar", "/jars/kafka-clients.jar"]
 METADATA = str(PROJECT_ROOT / "conf" / "sensor_metadata.csv")
+# spark-submit runs the entry points the package ships, wherever it is installed.
+SHIPPED_ENTRY_POINTS = Path(stream_pipelines.__file__).parent / "spark_apps"
 # Relative paths resolve against the conf folder's parent, which a relocated conf folder changes.
 METADATA_OVERRIDE = f"sensors.metadata_path={METADATA}"
 
@@ -87,7 +90,7 @@ def test_an_app_command_line():
         "--name",
         "sensor_aggregation",
         *local_spark_conf(PROJECT_ROOT / "data" / "scratch" / "sensor_aggregation"),
-        str(PROJECT_ROOT / "spark_apps" / "sensor_aggregation.py"),
+        str(SHIPPED_ENTRY_POINTS / "sensor_aggregation.py"),
         "--env",
         "local",
         "--conf-dir",
@@ -111,7 +114,7 @@ def test_the_reconcile_job_command_line():
         "--name",
         "reconcile",
         *local_spark_conf(),
-        str(PROJECT_ROOT / "spark_apps" / "reconcile.py"),
+        str(SHIPPED_ENTRY_POINTS / "reconcile.py"),
         "--env",
         "local",
         "--conf-dir",
@@ -138,7 +141,7 @@ def test_an_app_reads_its_config_from_the_folder_the_launcher_read_it_from(reloc
         "raw_archive",
         # Relative data paths, scratch included, resolve against the relocated conf folder's parent.
         *local_spark_conf(relocated_conf.parent.resolve() / "data" / "scratch" / "raw_archive"),
-        str(PROJECT_ROOT / "spark_apps" / "raw_archive.py"),
+        str(SHIPPED_ENTRY_POINTS / "raw_archive.py"),
         "--env",
         "local",
         "--conf-dir",
@@ -163,7 +166,7 @@ def test_airflow_hands_an_app_the_same_arguments_as_the_command_line(relocated_c
     config = local_config(relocated_conf, (METADATA_OVERRIDE,))
     command = submit.spark_submit_command(config, declared_app("ad_matching"), "processing")
 
-    script = command.index(str(PROJECT_ROOT / "spark_apps" / "ad_matching.py"))
+    script = command.index(str(SHIPPED_ENTRY_POINTS / "ad_matching.py"))
     assert submit.application_args(config, "processing") == command[script + 1 :]
 
 

@@ -62,9 +62,10 @@ def bare_command(
 ) -> list[str]:
     """The app's spark-submit command (``submit.spark_submit_command``) with the bare driver in place of
     the app's script: the same launcher, master and Spark settings, the same config for the driver."""
-    from stream_pipelines.launching.submit import driver_args, script_path
+    from stream_pipelines.core.registry import entry_point
+    from stream_pipelines.launching.submit import driver_args
 
-    script = script_path(app)
+    script = entry_point(app)
     if script not in app_command:
         raise BenchmarkError(f"the app's command does not run {script}: {' '.join(app_command)}")
     at = list(app_command).index(script)
@@ -81,10 +82,11 @@ def measure_variant(
     interrupts: Interrupts,
 ) -> dict[str, float]:
     """One start of ``variant``: its cold start, then its CPU per trigger once it has run ``--settle`` s."""
-    from stream_pipelines.launching.submit import script_path, spark_submit_command
+    from stream_pipelines.core.registry import entry_point
+    from stream_pipelines.launching.submit import spark_submit_command
 
     command = spark_submit_command(config, registry.app(app), "processing", overrides)
-    script = script_path(app)
+    script = entry_point(app)
     if variant == "bare":
         command, script = bare_command(command, config, app, overrides), str(BARE_DRIVER)
     trigger_s = registry.APPS[app].trigger_interval(config).seconds

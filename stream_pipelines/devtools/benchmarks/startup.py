@@ -130,10 +130,11 @@ def driver_overrides(config: PipelineConfig, run: str) -> list[str]:
 def time_one_start(
     config: PipelineConfig, app: str, overrides: Sequence[str], log_path: Path, interrupts: Interrupts
 ) -> dict[str, float]:
-    from stream_pipelines.launching.submit import script_path, spark_submit_command
+    from stream_pipelines.core.registry import entry_point
+    from stream_pipelines.launching.submit import spark_submit_command
 
     command = spark_submit_command(config, APPS[app], "processing", overrides)
-    with first_batch(config, app, command, script_path(app), log_path, interrupts) as started:
+    with first_batch(config, app, command, entry_point(app), log_path, interrupts) as started:
         pass
     return started.timeline.phases()
 

@@ -1,0 +1,176 @@
+"""The package as a platform team installs it: a wheel built from the tracked files, installed into a new
+virtualenv outside any checkout (the pins as constraints), run from another folder with the conf dir the
+deployment names. Nothing may come from the source tree."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from stream_pipelines.core.config import PROJECT_ROOT
+from stream_pipelines.core.registry import APP_NAMES
+from stream_pipelines.launching import jvm
+from tests.conftest import Replay, committed_rows, files_source_overrides, make_overrides_config
+
+pytestmark = pytest.mark.slow
+UV = Path(sys.executable).parent / "uv"
+
+
+def run(command: list[str], **options) -> subprocess.CompletedProcess:
+    result = subprocess.run(command, capture_output=True, timeout=600, **{"text": True, **options})
+    assert result.returncode == 0, f"{command[:3]} exited {result.returncode}:\n{result.stderr[-3000:]!r}"
+    return result
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The new virtualenv's folder, with the wheel of the tracked files (git archive) installed."""
+    root = tmp_path_factory.mktemp("second-site")
+    source = root / "source"
+    source.mkdir()
+    archive = run(["git", "-C", str(PROJECT_ROOT), "archive", "--format=tar", "HEAD"], text=False)
+    subprocess.run(["tar", "-x", "-C", str(source)], input=archive.stdout, check=True)
+    run([str(UV), "build", "--wheel", "--out-dir", str(root / "dist"), str(source)])
+    [wheel] = (root / "dist").glob("stream_pipelines-*.whl")
+    site = root / "site"
+    run([str(UV), "venv", "--quiet", "--python", "python3.11", str(site)])
+    python = str(site / "bin" / "python")
+    constraints = str(PROJECT_ROOT / "requirements.lock")
+    run([str(UV), "pip", "install", "--quiet", "--python", python, str(wheel), "--constraint", constraints])
+    return site
+
+
+def test_the_wheel_ships_the_entry_points_and_the_plugin_and_leaves_the_tooling_out(installed):
+    [wheel] = (installed.parent / "dist").glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {
+        f"stream_pipelines/spark_apps/{script}.py" for script in (*APP_NAMES, "reconcile", "compact")
+    } <= set(names)
+    assert not [name for name in names if name.startswith("stream_pipelines/devtools")]
+    [entry_points] = [name for name in names if name.endswith(".dist-info/entry_points.txt")]
+    declared = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert (
+        "[airflow.plugins]" in declared
+        and "stream_pipelines.airflow.plugin:StreamingPipelinePlugin" in declared
+    )
+    [metadata] = [name for name in names if name.endswith(".dist-info/METADATA")]
+    requires = [
+        line.removeprefix("Requires-Dist: ")
+        for line in zipfile.ZipFile(wheel).read(metadata).decode().splitlines()
+        if line.startswith("Requires-Dist: ")
+    ]
+    assert "apache-airflow<4,>=3.3.2" in requires and "pyspark<4.2,>=4.1.3" in requires, requires
+
+
+def test_the_installed_cli_runs_from_anywhere_with_a_named_conf_dir_and_nothing_from_the_checkout(
+    installed, tmp_path
+):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    environment = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("PYTHONPATH", "PIPELINE_", "VIRTUAL_ENV"))
+    }
+    pipelinectl = str(installed / "bin" / "pipelinectl")
+
+    # No conf dir named: the error says how to name one.
+    refused = subprocess.run(
+        [pipelinectl, "status"], cwd=elsewhere, env=environment, capture_output=True, text=True
+    )
+    assert refused.returncode == 2 and "PIPELINE_CONF_DIR" in refused.stderr, refused.stderr
+
+    # The deployment names its conf dir, and where its JVM artifacts were resolved (here, the ones
+    # `make setup` resolved for this session: jars, not modules).
+    named = {
+        **environment,
+        "PIPELINE_CONF_DIR": str(PROJECT_ROOT / "conf"),
+        jvm.CACHE_VARIABLE: str(jvm.cache_root()),
+    }
+    status = run(
+        [pipelinectl, "status", "--set", f"paths.data_root={tmp_path}/data"], cwd=elsewhere, env=named
+    )
+    assert [line.split(":")[0] for line in status.stdout.splitlines()] == [f"app {app}" for app in APP_NAMES]
+
+    probe = (
+        "import json, sys\n"
+        "from stream_pipelines import cli\n"
+        "from stream_pipelines.core import registry\n"
+        "from stream_pipelines.launching.submit import reconcile_submit_command\n"
+        "from stream_pipelines.core.config import load_config\n"
+        "import datetime\n"
+        "command = reconcile_submit_command(load_config(), datetime.date(2026, 1, 1))\n"
+        "print(json.dumps({'modules': sorted({m.__file__ for m in list(sys.modules.values())\n"
+        "                                      if getattr(m, '__file__', None)}),\n"
+        "                  'entry_point': registry.RAW_ARCHIVE.entry_point, 'command': command}))\n"
+    )
+    seen = json.loads(run([str(installed / "bin" / "python"), "-c", probe], cwd=elsewhere, env=named).stdout)
+    from_checkout = [path for path in seen["modules"] if path.startswith(str(PROJECT_ROOT))]
+    assert from_checkout == [], from_checkout[:5]
+    site_packages = str(installed / "lib")
+    assert seen["entry_point"].startswith(site_packages) and Path(seen["entry_point"]).is_file()
+    script = next(part for part in seen["command"] if part.endswith("reconcile.py"))
+    assert script.startswith(site_packages) and Path(script).is_file(), seen["command"]
+    assert str(installed / "bin" / "spark-submit") == seen["command"][0]
+
+
+def test_the_installed_package_runs_an_app_through_spark_submit_from_its_own_entry_point(installed, tmp_path):
+    """raw_archive over a files replay, started by the installed `pipelinectl run` from another folder with
+    no PYTHONPATH: its spark-submit, its entry point and its driver's Python are the new virtualenv's (the
+    checkout is nowhere on their path), and the archive holds every replayed line once."""
+    replay = Replay(tmp_path / "replay")
+    events = [
+        {
+            "event_id": f"e{i}",
+            "sensor_id": "sensor-0001",
+            "temperature": 20.0 + i,
+            "ts": f"2026-01-01T00:0{i}:00Z",
+        }
+        for i in range(5)
+    ]
+    replay.batch("sensors", events[:3])
+    replay.batch("sensors", events[3:])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    environment = {
+        **{
+            key: value
+            for key, value in os.environ.items()
+            if not key.startswith(("PYTHONPATH", "PIPELINE_", "VIRTUAL_ENV", "PYSPARK_", "SPARK_HOME"))
+        },
+        "PIPELINE_CONF_DIR": str(PROJECT_ROOT / "conf"),
+        jvm.CACHE_VARIABLE: str(jvm.cache_root()),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+    settings = [
+        f"paths.data_root={tmp_path / 'data'}",
+        *files_source_overrides(replay.root),
+        "spark.shuffle_partitions=2",
+        "spark.driver_memory=1g",
+        "spark.class_archive=false",  # trained on the checkout's classpath, not this install's
+        "metrics.enabled=false",
+    ]
+    for topic in make_overrides_config(settings).kafka.topics.inputs():  # the archive reads every input
+        (replay.root / topic.name).mkdir(exist_ok=True)
+    command = [str(installed / "bin" / "pipelinectl"), "run", "raw_archive", "--trigger", "available-now"]
+    for setting in settings:
+        command += ["--set", setting]
+    with (tmp_path / "run.log").open("w") as log:
+        ran = subprocess.run(
+            command, cwd=elsewhere, env=environment, stdout=log, stderr=subprocess.STDOUT, timeout=600
+        )
+    output = (tmp_path / "run.log").read_text()
+    assert ran.returncode == 0, output[-4000:]
+    archived = [
+        row["value"]
+        for row in committed_rows(
+            make_overrides_config(settings), str(tmp_path / "data" / "archive"), ["value"]
+        )
+    ]
+    assert sorted(json.loads(value)["event_id"] for value in archived) == [e["event_id"] for e in events]
