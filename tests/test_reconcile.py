@@ -19,8 +19,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-import textwrap
 import uuid
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -33,7 +31,7 @@ from pyspark.sql import functions as F
 
 from stream_pipelines.apps import raw_archive, sensor_aggregation
 from stream_pipelines.core import registry, store
-from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig
+from stream_pipelines.core.config import PipelineConfig
 from stream_pipelines.core.config import ReconciliationTolerances as Tolerances
 from stream_pipelines.core.registry import COMPLIANCE_WINDOWS
 from stream_pipelines.core.resource_manager import ENDED_STATES, ResourceManager
@@ -45,7 +43,6 @@ from stream_pipelines.driver.batch_log import (
     parse_batch_log,
 )
 from stream_pipelines.launching.submit import compact_submit_command, submit_environment
-from stream_pipelines.reconciliation import days
 from stream_pipelines.reconciliation.advisor import late_watermarks
 from stream_pipelines.reconciliation.job import (
     ReconciliationResult,
@@ -61,7 +58,6 @@ from tests.conftest import (
     files_source_overrides,
     make_overrides_config,
     overrides_for,
-    pipeline_environment,
     run_in_process,
     run_then_reconcile,
     yarn_overrides,
@@ -562,72 +558,16 @@ def remote_root(request) -> list[str]:
     return [f"paths.data_root={request.getfixturevalue('hdfs_root')}/pipeline"]
 
 
-NIGHTLY_DAG_RUN = textwrap.dedent(
-    """
-    import json, sys
-    from airflow.dag_processing.dagbag import DagBag
-    dag = DagBag(sys.argv[1]).get_dag("nightly_reconciliation")
-    heavy = sorted(m for m in ("pyspark", "great_expectations") if m in sys.modules)
-    run = dag.test(run_conf={"date": sys.argv[2], "declare_final": sys.argv[3]})
-    states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
-    print("RESULT " + json.dumps({"state": str(run.state), "tasks": states, "heavy_at_parse": heavy}))
-    """
-)
-
-
-def nightly_dag_test(airflow_env: dict[str, str], overrides: list[str], day: date, reason: str, log: Path):
-    """The nightly DAG through Airflow's own dag.test() (a manual run of ``day``, declared final with
-    ``reason``) in a child process, configured as a deployment is: the session's Airflow home and the
-    PIPELINE__ variables of ``overrides`` (whatever this process's environment holds for the store's
-    credentials comes along). Its outcome: the run's state, each task's and what the DAG file imported."""
-    environment = {
-        **{
-            key: value
-            for key, value in os.environ.items()
-            if not key.startswith(("AIRFLOW", "PIPELINE__", "PYSPARK_GATEWAY"))
-        },
-        **{key: value for key, value in airflow_env.items() if key.startswith("AIRFLOW")},
-        **pipeline_environment(overrides),
-        "PYTHONPATH": str(PROJECT_ROOT),
-        "SPARK_LOCAL_IP": "127.0.0.1",
-    }
-    with log.open("a") as output:
-        run = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                NIGHTLY_DAG_RUN,
-                environment["AIRFLOW__CORE__DAGS_FOLDER"],
-                day.isoformat(),
-                reason,
-            ],
-            env=environment,
-            stdout=subprocess.PIPE,
-            stderr=output,
-            text=True,
-            timeout=1200,
-        )
-    with log.open("a") as output:
-        output.write(run.stdout)
-    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, f"dag.test() did not finish; see {log}:\n{run.stdout[-3000:]}"
-    return json.loads(lines[-1].removeprefix("RESULT "))
-
-
 @pytest.mark.slow
-@pytest.mark.timeout(2400)
 def test_the_reconciliation_on_a_remote_store_equals_the_same_run_over_local_data(
-    spark, scenario, reconciled, remote_root, airflow_env, tmp_path, request
+    spark, scenario, reconciled, remote_root, tmp_path, request
 ):
     """The scenario through spark-submit with every stored path on S3 or HDFS: the archive,
     sensor_aggregation, their checkpoints and batch log, then the nightly job, whose ledger, verdicts
     and compliance rows equal the local run's, and whose report names the remote inputs. Then the day
-    compacted on the store (the compaction job, through spark-submit) and reconciled again: the same rows
-    read, the same verdicts. On S3 through spark-submit. On HDFS by the nightly DAG through Airflow's
-    dag.test(), the day declared final by hand, its reconcile task running the job in YARN cluster mode
-    (its driver in an ApplicationMaster container of the session's YARN): every task, the quality gates
-    with their Data Docs on the store, the day's record. (The DAG on the local disk runs under the
-    scheduler in tests/test_day_lifecycle.py.)"""
+    compacted on the store (the compaction job, through spark-submit) and reconciled again: the same
+    rows read, the same verdicts. On HDFS that second run is the nightly job in YARN cluster mode (its
+    driver in an ApplicationMaster container of the session's YARN)."""
     overrides = [
         *overrides_for(
             tmp_path / "unused",
@@ -637,8 +577,6 @@ def test_the_reconciliation_on_a_remote_store_equals_the_same_run_over_local_dat
         ),
         *remote_root,
         f"paths.scratch={tmp_path}/scratch",
-        # Host-local (GX's working folder, Spark's scratch), whatever store the data root is on.
-        f"paths.local_root={tmp_path}/local",
         # The scenario's day is older than the outputs' and quarantines' retention by now, and will be
         # older than the archive's.
         "retention.outputs=forever",
@@ -684,41 +622,16 @@ def test_the_reconciliation_on_a_remote_store_equals_the_same_run_over_local_dat
     archive_day = compacted_days.latest(config, registry.ARCHIVE, DAY.isoformat())
     assert archive_day is not None and archive_day.rows == sum(len(b) for b in SCENARIO)
     assert compacted_days.latest(config, registry.SENSOR_WINDOWS, DAY.isoformat()) is not None
-    if bucket_root.startswith("s3a://"):
-        run_then_reconcile([], overrides, DAY, tmp_path / "spark-submit.log")
-    else:
+    in_yarn, jobs_before = [], set()
+    if bucket_root.startswith("hdfs://"):
         yarn = request.getfixturevalue("yarn")
         rm = ResourceManager(yarn.rm_url)
         jobs_before = {app.id for app in rm.applications("reconcile", ENDED_STATES)}
         in_yarn = yarn_overrides(yarn, config.paths.data_root)
-        reason = "the test's replay ended: no record of the day will come"
-        log = tmp_path / "dag_test.log"
-        outcome = nightly_dag_test(airflow_env, [*overrides, *in_yarn], DAY, reason, log)
-        assert outcome["heavy_at_parse"] == [], "a DAG file imported Spark or GX at parse time"
-        assert outcome["state"] == "success", f"{outcome}; see {log}"
-        assert outcome["tasks"] == {
-            **dict.fromkeys(
-                ("choose_day", "claim", "gx_raw_events", "reconcile", "gx_outputs", "report", "record"),
-                "success",
-            ),
-            "record_failure": "skipped",
-            "ask_sign_off": "success",  # the day was declared final: its report asks for a sign-off
-        }
+    run_then_reconcile([], [*overrides, *in_yarn], DAY, tmp_path / "spark-submit.log")
+    if in_yarn:
         ran = [app for app in rm.applications("reconcile", ENDED_STATES) if app.id not in jobs_before]
         assert [(app.state, app.final_status) for app in ran] == [("FINISHED", "SUCCEEDED")], ran
-        report = json.loads((folder / "report.json").read_text())
-        assert [gate["suite"] for gate in report["quality_gates"]] == [
-            "raw_events",
-            "streaming_outputs",
-            "compliance_table",
-        ]
-        assert all(gate["data_docs"] for gate in report["quality_gates"])
-        # Declared final by hand: the run is the day's final one, with the reason.
-        record = days.read_day(config, DAY)
-        assert record["runs"]["final"]["status"] == "passed" and record["runs"]["final"]["manual"] is True
-        assert record["runs"]["final"]["figures"]["compliance_rows"] == len(EXPECTED_COMPLIANCE)
-        assert record["history"][-1]["reason"] == reason
-        assert report["day_state"]["state"] == "reconciled_final"
     again = json.loads((folder / "report.json").read_text())
     assert {section: again[section] for section in VERDICT_SECTIONS} == {
         section: remote[section] for section in VERDICT_SECTIONS
