@@ -19,7 +19,11 @@ pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
 
 @pytest.mark.timeout(1800)
-@pytest.mark.parametrize("store", ["hdfs", "s3"])
+# S3 only in CI's budget: a frozen S3 server leaves every request hanging until its timeout, which no other
+# test covers. A NameNode restart is tested on the file layer (tests/test_hdfs_store.py: calls made
+# while it restarts, and in safe mode, wait and succeed); under a running app it runs with
+# `make chaos --store hdfs --classes storage-outage`.
+@pytest.mark.parametrize("store", ["s3"])
 def test_a_storage_outage_under_a_running_app_loses_and_duplicates_nothing(store, tmp_path):
     report, output = run_chaos(
         tmp_path,
