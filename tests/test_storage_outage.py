@@ -1,4 +1,5 @@
-"""The store is a fault too: `make chaos --store hdfs|s3` with a storage outage under a running app.
+"""The store is a fault too: `make chaos CHAOS_ARGS="--store hdfs|s3 ..."` with a storage outage under
+a running app.
 
 A private stack (a real broker, Airflow's scheduler with the LocalExecutor, the live generator,
 spark-submit drivers) with the raw archive's data root, checkpoints, lease and control records on a
@@ -22,7 +23,7 @@ pytestmark = [pytest.mark.broker, pytest.mark.slow]
 # S3 only in CI's budget: a frozen S3 server leaves every request hanging until its timeout, which no other
 # test covers. A NameNode restart is tested on the file layer (tests/test_hdfs_store.py: calls made
 # while it restarts, and in safe mode, wait and succeed); under a running app it runs with
-# `make chaos --store hdfs --classes storage-outage`.
+# `make chaos CHAOS_ARGS="--store hdfs --classes storage-outage"`.
 @pytest.mark.parametrize("store", ["s3"])
 def test_a_storage_outage_under_a_running_app_loses_and_duplicates_nothing(store, tmp_path):
     report, output = run_chaos(
