@@ -33,6 +33,7 @@ import yaml
 
 from stream_pipelines.core.config import load_config
 from stream_pipelines.core.registry import APP_NAMES
+from stream_pipelines.launching.jvm import DESCRIPTOR_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_DIR = ROOT / "infra" / "compose"
@@ -554,8 +555,6 @@ def test_grafana_provisions_the_dashboard_and_the_prometheus_datasource() -> Non
 
 
 def test_versions_match_the_rest_of_the_repository() -> None:
-    from stream_pipelines.launching.jvm import DESCRIPTOR_DIR
-
     ivy = (DESCRIPTOR_DIR / "kafka-broker.ivy.xml").read_text()
     kafka_version = re.search(r'name="kafka_2\.13" rev="([^"]+)"', ivy).group(1)  # type: ignore[union-attr]
     assert services()["kafka"]["image"] == f"apache/kafka:{kafka_version}", "Kafka differs from the local one"

@@ -7,8 +7,6 @@ not a path: the records live under ``paths.control`` on the configured store, wh
 
 from __future__ import annotations
 
-import time
-
 from stream_pipelines.control.control_store import ControlStore, app_status
 from stream_pipelines.control.lease import Lease
 from stream_pipelines.core.config import PipelineConfig
@@ -33,13 +31,14 @@ def app_records(config: PipelineConfig, app: App, now: float | None = None) -> l
     )
     lines.append(f"  desired:    {desired.get('desired')}" + (f" ({said})" if said else ""))
 
-    lease = Lease(config, name).read()
-    if lease is None:
+    lease = Lease(config, name)
+    holder = lease.read()
+    if holder is None:
         lines.append("  lease:      free (no driver holds the app)")
     else:
-        live = "live" if Lease(config, name).is_live(lease, now) else "stale: the next start takes it over"
-        lines.append(f"  lease:      {lease.describe(now or time.time())}; {live}")
-        for query, progress in sorted(lease.queries.items()):
+        live = "live" if lease.is_live(holder, now) else "stale: the next start takes it over"
+        lines.append(f"  lease:      {holder.describe(now)}; {live}")
+        for query, progress in sorted(holder.queries.items()):
             lines.append(
                 f"    query {query}: batch {progress.get('batch_id')}, watermark {progress.get('watermark')}"
             )

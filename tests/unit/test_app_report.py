@@ -10,6 +10,7 @@ import pytest
 from stream_pipelines import cli
 from stream_pipelines.control.control_store import ControlStore, CrashLoopError
 from stream_pipelines.control.lease import Lease
+from stream_pipelines.core.config import load_config
 from stream_pipelines.core.registry import APP_NAMES
 
 APP = "sensor_aggregation"
@@ -24,8 +25,6 @@ def status(capsys, data_root: Path, *arguments: str) -> list[str]:
 
 @pytest.fixture
 def config(tmp_path: Path):
-    from stream_pipelines.core.config import load_config
-
     return load_config("local", [f"paths.data_root={tmp_path}"], environ={})
 
 

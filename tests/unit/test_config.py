@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from stream_pipelines.core import config as config_module
 from stream_pipelines.core.config import (
     DEFAULT_CONF_DIR,
     ConfigError,
@@ -287,8 +288,6 @@ def test_an_hdfs_path_is_completed_only_from_a_default_fs_that_names_a_namenode(
 def test_an_install_without_a_conf_dir_is_told_how_to_name_one(monkeypatch, tmp_path):
     """An installed wheel has no conf/ beside it: with neither PIPELINE_CONF_DIR nor --conf-dir, the error
     says how to name the folder instead of pointing into site-packages."""
-    from stream_pipelines.core import config as config_module
-
     monkeypatch.setattr(config_module, "DEFAULT_CONF_DIR", tmp_path / "site-packages" / "conf")
     with pytest.raises(ConfigError) as refused:
         load_config("local", environ={})

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from stream_pipelines.core import registry
-from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig
-from stream_pipelines.core.registry import APP_NAMES
+from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig, add_config_arguments
+from stream_pipelines.core.registry import APP_NAMES, entry_point
 from stream_pipelines.devtools.benchmarks.common import (
     BenchmarkError,
     Interrupts,
@@ -47,6 +47,7 @@ from stream_pipelines.devtools.benchmarks.common import (
 from stream_pipelines.devtools.benchmarks.startup import driver_overrides, first_batch
 from stream_pipelines.devtools.benchmarks.streaming.load import PacedProducer
 from stream_pipelines.devtools.processes import tree_cpu_seconds
+from stream_pipelines.launching.submit import driver_args, spark_submit_command
 
 DEFAULT_OUT = PROJECT_ROOT / "data" / "bench" / "overhead.json"
 BARE_DRIVER = Path(__file__).with_name("bare_driver.py")
@@ -62,8 +63,6 @@ def bare_command(
 ) -> list[str]:
     """The app's spark-submit command (``submit.spark_submit_command``) with the bare driver in place of
     the app's script: the same launcher, master and Spark settings, the same config for the driver."""
-    from stream_pipelines.core.registry import entry_point
-    from stream_pipelines.launching.submit import driver_args
 
     script = entry_point(app)
     if script not in app_command:
@@ -82,8 +81,6 @@ def measure_variant(
     interrupts: Interrupts,
 ) -> dict[str, float]:
     """One start of ``variant``: its cold start, then its CPU per trigger once it has run ``--settle`` s."""
-    from stream_pipelines.core.registry import entry_point
-    from stream_pipelines.launching.submit import spark_submit_command
 
     command = spark_submit_command(config, registry.app(app), "processing", overrides)
     script = entry_point(app)
@@ -185,8 +182,6 @@ def format_table(results: dict[str, Any]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from stream_pipelines.core.config import add_config_arguments
-
     parser = benchmark_parser("stream_pipelines.devtools.benchmarks.overhead", __doc__)
     parser.add_argument("--apps", nargs="+", choices=APP_NAMES, help="apps to measure (default: all)")
     parser.add_argument(

@@ -35,8 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig
-from stream_pipelines.core.registry import APP_NAMES, APPS
+from stream_pipelines.control.control_store import ControlStore
+from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig, add_config_arguments
+from stream_pipelines.core.registry import APP_NAMES, APPS, entry_point
 from stream_pipelines.devtools.benchmarks.common import (
     BenchmarkError,
     Interrupts,
@@ -53,6 +54,7 @@ from stream_pipelines.devtools.benchmarks.common import (
     run_and_report,
 )
 from stream_pipelines.devtools.processes import descendants, stop_process_group
+from stream_pipelines.launching.submit import spark_submit_command, submit_environment
 
 DEFAULT_OUT = PROJECT_ROOT / "data" / "bench" / "startup.json"
 DEFAULT_REPEATS = 3
@@ -130,9 +132,6 @@ def driver_overrides(config: PipelineConfig, run: str) -> list[str]:
 def time_one_start(
     config: PipelineConfig, app: str, overrides: Sequence[str], log_path: Path, interrupts: Interrupts
 ) -> dict[str, float]:
-    from stream_pipelines.core.registry import entry_point
-    from stream_pipelines.launching.submit import spark_submit_command
-
     command = spark_submit_command(config, APPS[app], "processing", overrides)
     with first_batch(config, app, command, entry_point(app), log_path, interrupts) as started:
         pass
@@ -176,8 +175,6 @@ def first_batch(
     ``pipelinectl stop`` does (``graceful``) or by a signal to its process group.
 
     The launcher's output goes to ``log_path``, and its phase lines to the timeline as they come."""
-    from stream_pipelines.control.control_store import ControlStore
-    from stream_pipelines.launching.submit import submit_environment
 
     declared = APPS[app]
     first_commit = Path(config.checkpoint_dir(app, declared.query_names[0])) / "commits" / "0"
@@ -284,8 +281,6 @@ def format_table(results: dict[str, Any]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from stream_pipelines.core.config import add_config_arguments
-
     parser = benchmark_parser("stream_pipelines.devtools.benchmarks.startup", __doc__)
     parser.add_argument(
         "--repeats", type=positive_int, default=DEFAULT_REPEATS, help="starts per app (default: 3)"
