@@ -255,6 +255,7 @@ def _run(config: PipelineConfig, args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
     submitted = process.wait()
+    launch.submitted()
     if launch.yarn_tag is None or submitted != 0:
         return submitted
     return _follow_in_yarn(config, args.app, launch.yarn_tag)
@@ -267,6 +268,9 @@ def _follow_in_yarn(config: PipelineConfig, app: str, tag: str) -> int:
     application = yarn_driver.submitted(rm, tag)
     print(f"pipelinectl: {app} runs in {application.describe()}", file=sys.stderr, flush=True)
     final = yarn_driver.follow(rm, application, config.supervision.heartbeat_interval.seconds)
+    problem = yarn_driver.remove_staging(config, final)
+    if problem:
+        print(f"pipelinectl: {app}: {problem}", file=sys.stderr)
     result = yarn_driver.outcome(config, app, final)
     print(f"pipelinectl: {app} ended: {result.text}", file=sys.stderr)
     if result.graceful:

@@ -445,9 +445,14 @@ def pipeline_environment(overrides: list[str]) -> dict[str, str]:
 
 
 def start_dag_test(
-    airflow_env: dict[str, str], dag_id: str, overrides: list[str], log: Path
+    airflow_env: dict[str, str],
+    dag_id: str,
+    overrides: list[str],
+    log: Path,
+    secrets: dict[str, str] | None = None,
 ) -> subprocess.Popen:
-    """dag.test() of a real DAG from dags/, in its own process (as `airflow dags test` would)."""
+    """dag.test() of a real DAG from dags/, in its own process (as `airflow dags test` would); ``secrets``
+    are the variables the config reads them from."""
     script = (
         "import sys\n"
         "from airflow.dag_processing.dagbag import DagBag\n"
@@ -458,7 +463,7 @@ def start_dag_test(
     handle = log.open("w")
     return subprocess.Popen(
         [sys.executable, "-c", script],
-        env={**airflow_env, **pipeline_environment(overrides)},
+        env={**airflow_env, **pipeline_environment(overrides), **(secrets or {})},
         stdout=handle,
         stderr=subprocess.STDOUT,
         start_new_session=True,

@@ -1,5 +1,10 @@
 """The streaming apps' drivers in YARN (cluster mode) under real Airflow, on a real ResourceManager and
-NodeManager over HDFS (``devtools.yarn``), with real spark-submit runs of the app.
+NodeManager over HDFS (``devtools.yarn``), with real spark-submit runs of the app, over the broker's
+SASL_SSL listener with a client certificate whose key is encrypted as openssl 3 encrypts one.
+
+The driver loads its config in its container from the bundle it was shipped (``driver_bundle``): the
+secrets never show on a command line, in a container's environment or logs (its launch script
+included), in the ResourceManager's answers or in Spark's event log (what its UI shows).
 
 The supervisor submits, follows the application through the ResourceManager and restarts it from its
 checkpoint when its container dies; YARN never runs two applications of one app (sampled every second);
@@ -9,20 +14,28 @@ stop marker on HDFS and is not restarted.
 
 from __future__ import annotations
 
+import base64
 import os
 import signal
+import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
 from stream_pipelines.checkpoint.inspect import inspect
 from stream_pipelines.control.control_store import ControlStore, app_status, apply_action
 from stream_pipelines.control.lease import Lease, LeaseRecord
+from stream_pipelines.core import store
 from stream_pipelines.core.procfs import process_exists
 from stream_pipelines.core.registry import app as declared_app
 from stream_pipelines.core.resource_manager import ENDED_STATES, ResourceManager
+from stream_pipelines.core.tls_files import open_client_key
+from stream_pipelines.launching import yarn_driver
+from stream_pipelines.launching.driver_bundle import FOLDER_PREFIX
 from tests.conftest import (
     SUPERVISED_ARCHIVE,
     make_overrides_config,
@@ -76,6 +89,50 @@ class ApplicationSampler:
             self.seen.update(app.id for app in running)
 
 
+class ProcessWatch:
+    """Every second, every process's command line, and the environment of each process in a YARN
+    container: the places a secret must never be seen in (``leaks``)."""
+
+    def __init__(self, secrets: list[str], containers: Path) -> None:
+        self.secrets, self.containers = [secret.encode() for secret in secrets], str(containers).encode()
+        self.leaks: list[str] = []
+        self.container_processes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> ProcessWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            for entry in Path("/proc").iterdir():
+                if entry.name.isdigit():
+                    self._look(entry)
+
+    def _look(self, entry: Path) -> None:
+        try:
+            command = (entry / "cmdline").read_bytes()
+            in_container = self.containers in command
+            environment = (entry / "environ").read_bytes() if in_container else b""
+        except OSError:
+            return  # gone, or not ours
+        self.container_processes += in_container
+        for secret in self.secrets:
+            if secret in command or secret in environment:
+                where = "environment" if secret in environment else "command line"
+                self.leaks.append(f"{where} of {command[:200]!r}")
+
+
+def leaked_into(texts: dict[str, bytes], secrets: list[str]) -> list[str]:
+    flat_secrets = [secret.encode() for secret in secrets]
+    return [name for name, text in texts.items() for secret in flat_secrets if secret in text]
+
+
 def wait_for_new_application(rm: ResourceManager, known: set[str]):
     """The app's next application once YARN runs it."""
     found: list = []
@@ -99,24 +156,45 @@ def container_group(pid: int) -> int:
 
 
 def test_a_driver_in_yarn_restarts_from_its_checkpoint_when_its_container_dies_or_it_freezes(
-    spark, yarn, hdfs_root, broker, make_overrides, airflow_env, tmp_path
+    spark, yarn, hdfs_root, broker, secured_kafka, make_overrides, airflow_env, tmp_path, monkeypatch
 ):
+    secrets = secured_kafka.environment()
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    client = secured_kafka.pki.client
+    event_log = f"{hdfs_root}/spark-events"
+    store.write_atomically(store.location(None, event_log) / "README", "Spark's event logs of this test")
     overrides = make_overrides(
         *private_source_topics(),
         *SUPERVISED_ARCHIVE,
         "supervision.heartbeat_interval=1 seconds",
         *yarn_overrides(yarn, f"{hdfs_root}/pipeline"),
+        *secured_kafka.sasl_ssl(),
+        f"kafka.security.certificate_file={client.certificate}",
+        f"kafka.security.key_file={client.key}",
+        f"kafka.security.key_password_env={secured_kafka.key_password_variable}",
+        "spark.extra_conf.spark.eventLog.enabled=true",
+        f"spark.extra_conf.spark.eventLog.dir={event_log}",
+        "spark.extra_conf.spark.eventLog.compress=false",  # so that it can be searched as written
     )
     config = make_overrides_config(overrides)
+    assert config.kafka.security.protocol == "SASL_SSL" and config.kafka.security.mutual_tls
+    plain_key = open_client_key(client.key, client.key_password, None).private_bytes(
+        Encoding.DER, PrivateFormat.PKCS8, NoEncryption()
+    )
+    never_shown = [*config.kafka.security.secrets(), base64.b64encode(plain_key).decode()[:48]]
+    bundles_before = set(Path(tempfile.gettempdir()).glob(f"{FOLDER_PREFIX}*"))
     records = produce_scenario(config, seed=23)
     rm = ResourceManager(yarn.rm_url)
     log, adopter_log = tmp_path / "dag_test.log", tmp_path / "adopter.log"
     adopter = None
-    supervisor = start_dag_test(airflow_env, f"supervise_{APP}", overrides, log)
+    supervisor = start_dag_test(airflow_env, f"supervise_{APP}", overrides, log, secrets)
     try:
-        with ApplicationSampler(rm) as sampler:
+        with ApplicationSampler(rm) as sampler, ProcessWatch(never_shown, yarn.home / "nm-local") as watch:
             wait_for(lambda: last_committed(config) >= 1, 300, "the first committed batches in YARN")
             first = rm.applications(APP)[-1]
+            staged = store.location(None, yarn_driver.staging_folder(config, first.id))
+            assert any(name.startswith("pipeline.tar.gz") for name in store.entries(staged)), staged
             pid = driver_pid(config)
             assert pid is not None, "the driver's lease names its process on this host"
             before_kill = last_committed(config)
@@ -140,7 +218,7 @@ def test_a_driver_in_yarn_restarts_from_its_checkpoint_when_its_container_dies_o
             # in YARN, and the next run adopts it instead of submitting.
             os.kill(supervisor.pid, signal.SIGKILL)
             supervisor.wait()
-            adopter = start_dag_test(airflow_env, f"supervise_{APP}", overrides, adopter_log)
+            adopter = start_dag_test(airflow_env, f"supervise_{APP}", overrides, adopter_log, secrets)
             wait_for(
                 lambda: f"adopting {APP}: YARN application {third.id}" in adopter_log.read_text(),
                 240,
@@ -150,6 +228,15 @@ def test_a_driver_in_yarn_restarts_from_its_checkpoint_when_its_container_dies_o
             wait_for(lambda: archive_count(spark, config) == len(records), 300, "the archive to catch up")
             apply_action(config, declared_app(APP), "stop", by="test", reason="end of test")
             adopter.wait(300)
+            answers = {
+                path: urllib.request.urlopen(f"{yarn.rm_url}{path}", timeout=30).read()
+                for application in (first, second, third)
+                for path in (
+                    f"/ws/v1/cluster/apps/{application.id}",
+                    f"/ws/v1/cluster/apps/{application.id}/appattempts",
+                    f"/cluster/app/{application.id}",
+                )
+            }
         first_output, output = log.read_text(), adopter_log.read_text()
     finally:
         for process in (supervisor, adopter):
@@ -184,3 +271,24 @@ def test_a_driver_in_yarn_restarts_from_its_checkpoint_when_its_container_dies_o
     assert archive.count() == len(records)
     assert archive.select("topic", "partition", "offset").distinct().count() == len(records)
     assert ControlStore(config).restarts(APP).total >= 2
+    # No secret anywhere it could be seen: command lines and the containers' environments (sampled every
+    # second), the ResourceManager's REST answers and web pages, every container's logs (its launch
+    # script included), Spark's event logs (what its UI shows: settings and plans), the task logs.
+    assert watch.container_processes > 30 and not watch.leaks, watch.leaks[:5]
+    assert not leaked_into(answers, never_shown)
+    container_logs = {
+        str(path): path.read_bytes() for path in (yarn.home / "nm-logs").rglob("*") if path.is_file()
+    }
+    launch_scripts = [text for name, text in container_logs.items() if name.endswith("launch_container.sh")]
+    assert any(b"PIPELINE_ENVIRONMENT_FILE" in text for text in launch_scripts)
+    assert not leaked_into(container_logs, never_shown)
+    events = store.location(None, event_log)
+    event_logs = {name: store.read_bytes(events / name) for name in store.files_under(events)}
+    assert len(event_logs) >= 4 and b"SparkListenerEnvironmentUpdate" in b"".join(event_logs.values())
+    assert not leaked_into(event_logs, never_shown)
+    assert not leaked_into({"task logs": (first_output + output).encode()}, never_shown)
+    # The staging folders are gone, each bundle with its own: Spark's own clean-up after the graceful stop
+    # and the killed one, the supervisor's after the container's kill -9. And the bundles on this host.
+    for application in (first, second, third):
+        assert not store.entries(store.location(None, yarn_driver.staging_folder(config, application.id)))
+    assert set(Path(tempfile.gettempdir()).glob(f"{FOLDER_PREFIX}*")) <= bundles_before

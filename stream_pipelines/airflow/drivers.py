@@ -173,7 +173,10 @@ class InYarn(DriverPlacement):
     def start(self, launch: Launch) -> None:
         assert launch.yarn_tag is not None, "a launch on YARN is tagged"
         # Returns once YARN accepted the application (spark.yarn.submit.waitAppCompletion=false).
-        submit_detached(self._hook(launch), self.app.entry_point)
+        try:
+            submit_detached(self._hook(launch), self.app.entry_point)
+        finally:
+            launch.submitted()
         self.follow(yarn_driver.submitted(self.rm, launch.yarn_tag), adopted=False)
 
     def stop(self) -> None:
@@ -223,6 +226,9 @@ class InYarn(DriverPlacement):
             guard.stop()
         if final.active:
             final = rm.application(final.id) or final
+        problem = yarn_driver.remove_staging(self.config, final)
+        if problem:
+            self.log.warning("%s: %s", app, problem)
         tail = rm.driver_log_tail(final, size=self.config.yarn.driver_log_bytes)
         if tail:
             self.log.info("the end of %s's driver log (%s):\n%s", app, final.am_container_logs, tail)

@@ -7,16 +7,21 @@ Sources, lowest precedence first:
 Override values are read as YAML scalars, so ``--set kafka.max_offsets_per_trigger=500`` is an int.
 ``${VAR}`` inside any string is replaced from the environment; that is the only way secrets enter.
 Everything is validated at load time and errors name the key and the problem.
+
+``PIPELINE_ENVIRONMENT_FILE`` names a JSON object of variables layered over the process's environment:
+how a driver in a YARN container reads the variables its launcher's config read
+(``launching/driver_bundle.py``), without them on a command line or in the container's launch script.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
 import urllib.parse
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -28,6 +33,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -41,6 +47,7 @@ DEFAULT_CONF_DIR = PROJECT_ROOT / "conf"
 ENV_VARIABLE = "PIPELINE_ENV"
 CONF_DIR_VARIABLE = "PIPELINE_CONF_DIR"
 OVERRIDE_PREFIX = "PIPELINE__"
+ENVIRONMENT_FILE_VARIABLE = "PIPELINE_ENVIRONMENT_FILE"
 # The ``paths`` entries that live on the host, never on the shared store.
 LOCAL_PATHS = ("scratch", "broker", "hdfs", "yarn")
 # A config file's top-level key naming the file it extends (``base: local``): its sections are merged
@@ -559,6 +566,14 @@ class PipelineConfig(_Section):
     # The folder the config was read from (handed on to drivers as --conf-dir); relative paths resolve
     # against its parent.
     conf_dir: Path = Field(default=DEFAULT_CONF_DIR, exclude=True)
+    # The environment variables the load read, with their values (secrets among them): never logged.
+    _variables_read: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    def variables_read(self) -> dict[str, str]:
+        """The environment variables this config was loaded with: its ``PIPELINE__`` overrides, its
+        ``${VAR}`` references and the variables its secrets come from, with their values. What another
+        host needs, beside the conf dir and the files it names, to load the very same config."""
+        return dict(self._variables_read)
 
     @property
     def base_dir(self) -> Path:
@@ -786,7 +801,7 @@ def load_config(
     environ: Mapping[str, str] | None = None,
 ) -> PipelineConfig:
     """Read, merge and validate the configuration; raises ConfigError with a readable message."""
-    environ = os.environ if environ is None else environ
+    environ = _with_environment_file(os.environ if environ is None else environ)
     env = env or environ.get(ENV_VARIABLE) or "local"
     named = conf_dir or environ.get(CONF_DIR_VARIABLE)
     if not named and not DEFAULT_CONF_DIR.is_dir():
@@ -800,10 +815,11 @@ def load_config(
     raw = _read_config_file(conf_path, env, extended_by=())
     raw.setdefault("env", env)
 
-    for name, value in sorted(environ.items()):
+    read = _ReadVariables(environ)
+    for name in sorted(environ):
         if name.startswith(OVERRIDE_PREFIX):
             dotted = _variable_key(name)
-            _apply_override(raw, dotted, value, origin=f"environment variable {name}")
+            _apply_override(raw, dotted, read[name], origin=f"environment variable {name}")
     for item in overrides:
         key, separator, value = item.partition("=")
         if not separator or not key.strip():
@@ -811,12 +827,50 @@ def load_config(
         _apply_override(raw, key.strip(), value, origin=f"--set {key.strip()}")
 
     try:
-        expanded = _expand_environment(raw, environ, trail=())
-        return PipelineConfig.model_validate(
-            {**expanded, "conf_dir": conf_path}, context={"environ": environ}
-        )
+        expanded = _expand_environment(raw, read, trail=())
+        config = PipelineConfig.model_validate({**expanded, "conf_dir": conf_path}, context={"environ": read})
     except ValidationError as error:
         raise ConfigError(_describe(error, source)) from None
+    config._variables_read = dict(read.values)
+    return config
+
+
+class _ReadVariables(Mapping[str, str]):
+    """The environment as the load sees it, noting each variable read (``PipelineConfig.variables_read``)."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self._environ = environ
+        self.values: dict[str, str] = {}
+
+    def __getitem__(self, name: str) -> str:
+        value = self._environ[name]
+        self.values[name] = value
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._environ)
+
+    def __len__(self) -> int:
+        return len(self._environ)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._environ
+
+
+def _with_environment_file(environ: Mapping[str, str]) -> Mapping[str, str]:
+    """``environ`` with the variables of the file that ``PIPELINE_ENVIRONMENT_FILE`` names over it."""
+    location = environ.get(ENVIRONMENT_FILE_VARIABLE)
+    if not location:
+        return environ
+    try:
+        variables = json.loads(Path(location).read_text())
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"{ENVIRONMENT_FILE_VARIABLE}: cannot read {location}: {error}") from None
+    if not isinstance(variables, dict) or not all(
+        isinstance(name, str) and isinstance(value, str) for name, value in variables.items()
+    ):
+        raise ConfigError(f"{ENVIRONMENT_FILE_VARIABLE}: {location} is not a JSON object of strings")
+    return {**environ, **variables}
 
 
 def _read_config_file(conf_path: Path, env: str, extended_by: tuple[str, ...]) -> dict[str, Any]:

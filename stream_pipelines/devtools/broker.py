@@ -77,6 +77,8 @@ class SecuredListeners:
             "ssl.truststore.type": "PEM",
             "ssl.truststore.location": str(self.ca),
             "listener.name.ssl.ssl.client.auth": "required",
+            # A client that also presents a certificate over SASL_SSL (as some clusters ask) has it checked.
+            "listener.name.sasl_ssl.ssl.client.auth": "requested",
         }
 
 

@@ -310,6 +310,9 @@ class LocalYarn(LocalDaemons):
                 "HADOOP_MAPRED_HOME,PATH,LANG,TZ,HADOOP_USER_NAME"
             ),
             "yarn.nodemanager.delete.debug-delay-sec": "0",
+            # Each container's launch script and file listing in its logs, as many clusters keep them:
+            # what a driver's secrets must never be in (tests/test_yarn_cluster_mode.py looks).
+            "yarn.nodemanager.log-container-debug-info.enabled": "true",
             # Heartbeats of a second: an application's state and a node's loss show up fast.
             "yarn.resourcemanager.nodemanagers.heartbeat-interval-ms": "500",
             "yarn.nodemanager.health-checker.interval-ms": "5000",

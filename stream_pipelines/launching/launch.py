@@ -21,8 +21,8 @@ from stream_pipelines.core.config import PipelineConfig
 from stream_pipelines.core.exit_codes import ExitCode
 from stream_pipelines.core.registry import App
 from stream_pipelines.kafka.topics import REFUSALS, require_topics
-from stream_pipelines.launching.spark_conf import spark_conf
-from stream_pipelines.launching.submit import TriggerMode, application_args, spark_submit_command
+from stream_pipelines.launching.driver_bundle import DriverBundle
+from stream_pipelines.launching.submit import TriggerMode, submission
 from stream_pipelines.launching.yarn_driver import new_launch_tag
 
 # The driver argument that says its launcher ran the start checks.
@@ -66,6 +66,13 @@ class Launch:
     application_args: list[str]
     # On YARN: the tag of this launch's application (yarn_driver.submitted finds it by this tag).
     yarn_tag: str | None = None
+    # With drivers in YARN: what ships the config to the driver; discard it once spark-submit returned.
+    bundle: DriverBundle | None = None
+
+    def submitted(self) -> None:
+        """spark-submit has returned: whatever it had to upload is uploaded."""
+        if self.bundle is not None:
+            self.bundle.discard()
 
 
 def prepare(
@@ -82,19 +89,12 @@ def prepare(
     if store.clear_stop(app.name):
         log(f"{app.name}: removed a stop marker left by an earlier stop")
     store.mark_starting(app.name)
-    conf = spark_conf(config, app.name)
-    command = spark_submit_command(config, app, trigger, overrides)
-    tag = None
-    if config.on_yarn:
-        tag = new_launch_tag()
-        conf["spark.yarn.tags"] = f"{conf['spark.yarn.tags']},{tag}"
-        command = [
-            f"spark.yarn.tags={conf['spark.yarn.tags']}" if arg.startswith("spark.yarn.tags=") else arg
-            for arg in command
-        ]
+    tag = new_launch_tag() if config.on_yarn else None
+    submit = submission(config, app.name, ["--trigger", trigger], overrides, app=app.name, launch_tag=tag)
     return Launch(
-        command=[*command, CHECKED],
-        spark_conf=conf,
-        application_args=[*application_args(config, trigger, overrides), CHECKED],
+        command=[*submit.command(), CHECKED],
+        spark_conf=submit.conf,
+        application_args=[*submit.args, CHECKED],
         yarn_tag=tag,
+        bundle=submit.bundle,
     )

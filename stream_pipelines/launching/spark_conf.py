@@ -7,13 +7,12 @@ builds a driver's command line without it.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 from stream_pipelines.checkpoint.format import STATE_STORE_PROVIDERS
 from stream_pipelines.core import store
-from stream_pipelines.core.config import OVERRIDE_PREFIX, PipelineConfig
+from stream_pipelines.core.config import PipelineConfig
 from stream_pipelines.core.kafka_security import SECRET_OPTIONS_PATTERN
 from stream_pipelines.core.resource_manager import tags_of
 from stream_pipelines.launching import class_archive, jvm
@@ -79,6 +78,8 @@ def yarn_conf(config: PipelineConfig, name: str, *, streaming: bool) -> dict[str
     - one attempt: a failed driver is restarted by its Airflow supervisor, which counts it;
     - a streaming app's spark-submit returns once YARN accepted it, and the supervisor follows the
       application through the ResourceManager; a batch job's waits for its end (its exit is the job's);
+    - the config for a driver in its container comes in its bundle (``driver_bundle``, added by
+      ``submit.submission``);
     - Python and Spark's jars from this install, which every node has at the same path on one machine
       (a cluster sets ``spark.yarn.archive`` and ``spark.pyspark.python`` in ``spark.extra_conf``).
     """
@@ -91,12 +92,6 @@ def yarn_conf(config: PipelineConfig, name: str, *, streaming: bool) -> dict[str
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
     }
-    # The driver loads its config in its container, where the launcher's environment is not: the
-    # overrides a deployment sets as PIPELINE__ variables go along (never secrets: the config holds
-    # only the names of the variables that carry those).
-    for name, value in os.environ.items():
-        if name.startswith(OVERRIDE_PREFIX):
-            conf[f"spark.yarn.appMasterEnv.{name}"] = value
     jars = Path(pyspark.__file__).parent / "jars"
     # Not in a driver in YARN, whose pyspark comes from pyspark.zip (no jars there): it keeps the
     # value its spark-submit was given.

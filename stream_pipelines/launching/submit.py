@@ -6,13 +6,14 @@ import os
 import shutil
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 from typing import Literal
 
 from stream_pipelines.core.config import PipelineConfig
 from stream_pipelines.core.registry import App, entry_point
-from stream_pipelines.launching import jvm
+from stream_pipelines.launching import driver_bundle, jvm
 from stream_pipelines.launching.spark_conf import spark_conf
 
 # How a streaming app's queries are triggered (the driver's ``--trigger``): every trigger interval, or
@@ -25,19 +26,15 @@ COMPACT_SCRIPT = "compact"
 def driver_args(
     config: PipelineConfig, script_args: Sequence[str] = (), overrides: Sequence[str] = ()
 ) -> list[str]:
-    """What a driver needs to load the very same config the launcher validated, then its own arguments."""
+    """What a driver needs to load the very same config the launcher validated, then its own arguments.
+    A driver in YARN reads the conf dir and the overrides from its bundle (``driver_bundle``)."""
+    if config.drivers_in_cluster:
+        return ["--env", config.env, "--conf-dir", driver_bundle.container_conf_dir(config), *script_args]
     # The folder the config was read from, not <project>/conf: a deployment may keep it anywhere.
     args = ["--env", config.env, "--conf-dir", str(config.conf_dir), *script_args]
     for override in overrides:
         args += ["--set", override]
     return args
-
-
-def application_args(
-    config: PipelineConfig, trigger: TriggerMode, overrides: Sequence[str] = ()
-) -> list[str]:
-    """An app driver's arguments (Airflow's operator hands the script path and Spark settings apart)."""
-    return driver_args(config, ["--trigger", trigger], overrides)
 
 
 def spark_submit_executable() -> str:
@@ -50,6 +47,53 @@ def spark_submit_executable() -> str:
     return found
 
 
+@dataclass(frozen=True)
+class Submission:
+    """One spark-submit of the package's ``spark_apps/<script>.py``: its Spark settings, the entry point
+    and the driver's arguments; with drivers in YARN, the bundle that ships the config to the driver."""
+
+    config: PipelineConfig
+    name: str
+    conf: dict[str, str]
+    entry_point: str
+    args: list[str]
+    bundle: driver_bundle.DriverBundle | None
+
+    def command(self) -> list[str]:
+        command = [
+            spark_submit_executable(),
+            "--master",
+            self.config.spark.master,
+            "--deploy-mode",
+            self.config.spark.deploy_mode,
+            "--name",
+            self.name,
+        ]
+        for key, value in self.conf.items():
+            command += ["--conf", f"{key}={value}"]
+        return [*command, self.entry_point, *self.args]
+
+
+def submission(
+    config: PipelineConfig,
+    script: str,
+    script_args: Sequence[str] = (),
+    overrides: Sequence[str] = (),
+    app: str | None = None,
+    launch_tag: str | None = None,
+) -> Submission:
+    """``script`` with exactly the streaming apps' Spark settings (those of ``app``'s driver when it is one
+    of them); on YARN, ``launch_tag`` tags this launch's application."""
+    conf = spark_conf(config, app, job=script)
+    if launch_tag is not None:
+        conf["spark.yarn.tags"] = f"{conf['spark.yarn.tags']},{launch_tag}"
+    bundle = driver_bundle.write(config, tuple(overrides)) if config.drivers_in_cluster else None
+    if bundle is not None:
+        conf.update(bundle.spark_conf(conf))
+    args = driver_args(config, script_args, overrides)
+    return Submission(config, script, conf, entry_point(script), args, bundle)
+
+
 def submit_command(
     config: PipelineConfig,
     script: str,
@@ -57,20 +101,8 @@ def submit_command(
     overrides: Sequence[str] = (),
     app: str | None = None,
 ) -> list[str]:
-    """spark-submit of the package's ``spark_apps/<script>.py`` with exactly the streaming apps' Spark
-    settings (those of ``app``'s driver when it is one of them)."""
-    command = [
-        spark_submit_executable(),
-        "--master",
-        config.spark.master,
-        "--deploy-mode",
-        config.spark.deploy_mode,
-        "--name",
-        script,
-    ]
-    for key, value in spark_conf(config, app, job=script).items():
-        command += ["--conf", f"{key}={value}"]
-    return [*command, entry_point(script), *driver_args(config, script_args, overrides)]
+    """The spark-submit line of ``submission``, for a launcher that runs it and waits."""
+    return submission(config, script, script_args, overrides, app).command()
 
 
 def spark_submit_command(

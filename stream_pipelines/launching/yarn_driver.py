@@ -10,13 +10,18 @@ knows which of the app's applications is the one it submitted.
 from __future__ import annotations
 
 import dataclasses
+import getpass
+import os
 import re
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from xml.etree import ElementTree
 
 from stream_pipelines.control.control_store import ControlStore
+from stream_pipelines.core import store
 from stream_pipelines.core.config import PipelineConfig
 from stream_pipelines.core.resource_manager import (
     ResourceManager,
@@ -146,6 +151,49 @@ def end(rm: ResourceManager, application_id: str, drain_timeout_s: float) -> boo
             break
         time.sleep(0.5)
     return False
+
+
+def staging_folder(config: PipelineConfig, application_id: str) -> str | None:
+    """Where spark-submit put the application's files (its driver bundle among them): Spark's
+    ``.sparkStaging/<id>`` under ``spark.yarn.stagingDir``, else under the submitting user's home on the
+    default file system. None when the config does not name that file system."""
+    extra = config.spark.extra_conf
+    root = extra.get("spark.yarn.stagingDir")
+    if root is None:
+        default_fs = extra.get(store.DEFAULT_FS) or _hadoop_default_fs(config.hadoop_conf_dir())
+        if not default_fs:
+            return None
+        user = os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+        root = f"{default_fs.rstrip('/')}/user/{user}"
+    return f"{root.rstrip('/')}/.sparkStaging/{application_id}"
+
+
+def _hadoop_default_fs(conf_dir: str | None) -> str | None:
+    """``fs.defaultFS`` of the Hadoop client configuration spark-submit reads (``core-site.xml``)."""
+    if conf_dir is None:
+        return None
+    try:
+        root = ElementTree.parse(Path(conf_dir) / "core-site.xml").getroot()
+    except (OSError, ElementTree.ParseError):
+        return None
+    for prop in root.iter("property"):
+        if (prop.findtext("name") or "").strip() == "fs.defaultFS":
+            return (prop.findtext("value") or "").strip() or None
+    return None
+
+
+def remove_staging(config: PipelineConfig, application: YarnApplication) -> str | None:
+    """Remove an ended application's staging folder, which Spark leaves behind when its driver could not
+    clean up (a container killed with -9): it holds the driver's bundle, secrets included. Returns what
+    went wrong, if anything (a failed removal must not fail the supervisor)."""
+    folder = staging_folder(config, application.id) if application.ended else None
+    if folder is None:
+        return None
+    try:
+        store.remove_tree(store.location(config.spark.extra_conf, folder))
+    except Exception as error:  # the store's errors vary by backend; this is housekeeping
+        return f"could not remove {folder}: {error}"
+    return None
 
 
 def _look(rm: ResourceManager, application_id: str) -> YarnApplication | None:

@@ -167,7 +167,8 @@ def test_airflow_hands_an_app_the_same_arguments_as_the_command_line(relocated_c
     command = submit.spark_submit_command(config, declared_app("ad_matching"), "processing")
 
     script = command.index(str(SHIPPED_ENTRY_POINTS / "ad_matching.py"))
-    assert submit.application_args(config, "processing") == command[script + 1 :]
+    shipped = submit.submission(config, "ad_matching", ["--trigger", "processing"], app="ad_matching")
+    assert shipped.args == command[script + 1 :]
 
 
 def test_an_unknown_app_is_refused_before_anything_starts():

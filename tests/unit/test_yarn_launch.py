@@ -5,6 +5,11 @@ and NodeManager: tests/test_yarn_cluster_mode.py."""
 from __future__ import annotations
 
 import os
+import shutil
+import stat
+import tarfile
+import time
+from pathlib import Path
 
 import pytest
 
@@ -16,7 +21,7 @@ from stream_pipelines.core.resource_manager import (
     tags_of,
     unwrap,
 )
-from stream_pipelines.launching import submit, yarn_driver
+from stream_pipelines.launching import driver_bundle, submit, yarn_driver
 from stream_pipelines.launching.spark_conf import spark_conf
 
 METADATA = f"sensors.metadata_path={PROJECT_ROOT / 'conf' / 'sensor_metadata.csv'}"
@@ -68,12 +73,108 @@ def test_a_batch_job_in_yarn_waits_for_its_end_and_a_cluster_archive_is_kept(tmp
     assert not any(arg.startswith("spark.yarn.jars=") for arg in command)
 
 
-def test_the_pipeline_overrides_of_the_environment_reach_the_driver_in_its_container(tmp_path, monkeypatch):
-    monkeypatch.setenv("PIPELINE__ARCHIVE__TRIGGER", "3 seconds")
-    monkeypatch.setenv("KAFKA_PASSWORD", "not-for-the-command-line")
-    conf = spark_conf(config(*IN_YARN, f"paths.data_root={tmp_path}"), "raw_archive")
-    assert conf["spark.yarn.appMasterEnv.PIPELINE__ARCHIVE__TRIGGER"] == "3 seconds"
-    assert not any("KAFKA_PASSWORD" in key for key in conf)
+def test_a_driver_in_its_container_loads_the_launchers_config_from_its_bundle_alone(tmp_path, monkeypatch):
+    """Secrets, overrides (environment and --set), the conf dir and the TLS files travel in the bundle; the
+    command line and Spark's settings carry only the names of its files."""
+    from stream_pipelines.devtools.tls import make_test_pki
+
+    pki = make_test_pki(tmp_path / "tls")
+    client = pki.client  # a key encrypted as openssl 3 encrypts one by default
+    conf_dir = tmp_path / "site-conf"
+    shutil.copytree(PROJECT_ROOT / "conf", conf_dir)
+    launcher_environment = {
+        "KAFKA_USERNAME": "pipeline",
+        "KAFKA_PASSWORD": "a 'pass\\word\" with $ and ;",
+        "KAFKA_KEY_PASSWORD": client.key_password,
+        "PIPELINE__ARCHIVE__TRIGGER": "3 seconds",
+    }
+    overrides = [
+        *IN_YARN,
+        f"paths.data_root={tmp_path}/data",
+        "sensors.metadata_path=site-conf/sensor_metadata.csv",
+        "kafka.security.protocol=SASL_SSL",
+        "kafka.security.sasl_mechanism=SCRAM-SHA-512",
+        "kafka.security.sasl_username=${KAFKA_USERNAME}",
+        "kafka.security.sasl_password_env=KAFKA_PASSWORD",
+        f"kafka.security.ca_file={pki.ca}",
+        f"kafka.security.certificate_file={client.certificate}",
+        f"kafka.security.key_file={client.key}",
+        "kafka.security.key_password_env=KAFKA_KEY_PASSWORD",
+    ]
+    launcher = load_config("local", overrides, conf_dir=conf_dir, environ=launcher_environment)
+    shipped = submit.submission(
+        launcher, "raw_archive", ["--trigger", "processing"], overrides, app="raw_archive"
+    )
+    assert shipped.bundle is not None
+
+    secrets = [launcher_environment["KAFKA_PASSWORD"], client.key_password]
+    line = " ".join(shipped.command())
+    assert not [secret for secret in secrets if secret in line]
+    assert "--set" not in shipped.args and shipped.args[:4] == [
+        "--env",
+        "local",
+        "--conf-dir",
+        "pipeline/site-conf",
+    ]
+    assert {key for key in shipped.conf if ".appMasterEnv." in key} == {
+        "spark.yarn.appMasterEnv.PIPELINE_ENVIRONMENT_FILE",
+        "spark.yarn.appMasterEnv.SPARK_LOCAL_IP",
+    } - ({"spark.yarn.appMasterEnv.SPARK_LOCAL_IP"} - set(shipped.conf))
+    archive, link = shipped.conf["spark.yarn.dist.archives"].split("#")
+    assert link == "pipeline" and Path(archive) == shipped.bundle.archive
+    assert stat.S_IMODE(Path(archive).stat().st_mode) == 0o600
+    assert stat.S_IMODE(Path(archive).parent.stat().st_mode) == 0o700
+
+    # The container: the archive unpacked as YARN does, the driver started with its own arguments only.
+    container = tmp_path / "container"
+    with tarfile.open(archive) as tar:
+        tar.extractall(container / "pipeline", filter="data")
+    monkeypatch.chdir(container)
+    environment = {"PIPELINE_ENVIRONMENT_FILE": "pipeline/environment.json"}
+    driver = load_config("local", conf_dir=shipped.args[3], environ=environment)
+    # The same properties; the key re-encrypted for Java's client (a fresh salt each time it is read).
+    theirs, ours = driver.kafka.java_client_properties(), launcher.kafka.java_client_properties()
+    assert theirs.pop("ssl.keystore.key").startswith("-----BEGIN ENCRYPTED PRIVATE KEY-----")
+    assert ours.pop("ssl.keystore.key") and theirs == ours
+    assert driver.archive.trigger.seconds == 3 and driver.spark.master == "yarn"
+    assert driver.data_path("checkpoints") == launcher.data_path("checkpoints")
+    assert Path(driver.kafka.security.key_file).resolve().is_relative_to(container)
+
+    shipped.bundle.discard()
+    assert not Path(archive).exists()
+
+
+def test_a_bundle_left_by_a_launcher_that_died_is_removed_by_a_later_launch(tmp_path):
+    conf = load_config("local", [METADATA, *IN_YARN, f"paths.data_root={tmp_path}"], environ={})
+    left = driver_bundle.write(conf)
+    assert driver_bundle.remove_leftovers(now=time.time()) == 0 and left.archive.exists()
+    assert driver_bundle.remove_leftovers(now=time.time() + driver_bundle.LEFTOVER_AGE_S + 1) >= 1
+    assert not left.archive.exists()
+
+
+def test_an_applications_staging_folder_is_where_spark_submit_puts_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("HADOOP_USER_NAME", "etl")
+    on_hdfs = config(*IN_YARN, "spark.extra_conf.spark.hadoop.fs.defaultFS=hdfs://nn:8020/")
+    assert yarn_driver.staging_folder(on_hdfs, "application_1_0002") == (
+        "hdfs://nn:8020/user/etl/.sparkStaging/application_1_0002"
+    )
+    chosen = config(*IN_YARN, "spark.extra_conf.spark.yarn.stagingDir=s3a://b/staging/")
+    assert (
+        yarn_driver.staging_folder(chosen, "application_1_0002")
+        == "s3a://b/staging/.sparkStaging/application_1_0002"
+    )
+    assert yarn_driver.staging_folder(config(*IN_YARN), "application_1_0002") is None
+    # Else the default file system of the Hadoop client configuration spark-submit reads.
+    hadoop = tmp_path / "hadoop-conf"
+    hadoop.mkdir()
+    (hadoop / "core-site.xml").write_text(
+        "<configuration><property><name>fs.defaultFS</name><value>hdfs://127.0.0.1:9000</value>"
+        "</property></configuration>"
+    )
+    from_site = config(*IN_YARN, f"yarn.hadoop_conf_dir={hadoop}")
+    assert yarn_driver.staging_folder(from_site, "application_1_0003") == (
+        "hdfs://127.0.0.1:9000/user/etl/.sparkStaging/application_1_0003"
+    )
 
 
 def test_spark_submit_gets_the_hadoop_config_java_and_pyspark_for_the_containers(tmp_path):
