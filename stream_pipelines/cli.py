@@ -17,10 +17,16 @@
     pipelinectl outputs sweep [--dry-run]      remove output files the sinks' logs do not list (debris)
     pipelinectl metrics-targets --out FILE [--every SECONDS]
                                                Prometheus' file of the drivers' metrics endpoints (file_sd)
+    pipelinectl init-conf DIR [--env NAME ...] [--force]
+                                               write a deployment's starter conf dir (the config YAMLs
+                                               and the sensor metadata) into DIR
+    pipelinectl airflow-dags DIR [--force]     write the DAG files (one import each) into Airflow's
+                                               DAGs folder DIR
     pipelinectl up | down                      the local stack (make up / down)
     pipelinectl demo                           the scripted end-to-end scenario (make demo)
 
-Every command takes --env, --conf-dir and --set KEY=VALUE like the apps do.
+Every command but init-conf and airflow-dags, which read no config, takes --env, --conf-dir and
+--set KEY=VALUE like the apps do.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from stream_pipelines.checkpoint.inspect import CheckpointError, inspect
 from stream_pipelines.checkpoint.reset import RESET_FROM, parse_offsets_argument, parse_reset_time, reset
 from stream_pipelines.control.app_report import app_line, app_records
 from stream_pipelines.control.control_store import ControlStore, apply_action
+from stream_pipelines.core import shipped
 from stream_pipelines.core.config import Duration, PipelineConfig, add_config_arguments, config_or_report
 from stream_pipelines.core.exit_codes import ExitCode
 from stream_pipelines.core.registry import APP_NAMES, App
@@ -62,6 +69,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help()
         return ExitCode.BAD_CONFIG
+    if not args.loads_config:
+        # Writes files a deployment starts from: no config to load (the conf dir may not exist yet).
+        try:
+            return int(args.handler(args) or 0)
+        except shipped.ShippedFileError as error:
+            print(f"pipelinectl: {error}", file=sys.stderr)
+            return ExitCode.BAD_CONFIG
     config = config_or_report(args, "pipelinectl")
     if config is None:
         return ExitCode.BAD_CONFIG
@@ -91,18 +105,26 @@ def _build_parser() -> argparse.ArgumentParser:
     def command(name: str, handler, help_text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text)
         add_config_arguments(sub)
-        sub.set_defaults(handler=handler)
+        sub.set_defaults(handler=handler, loads_config=True)
+        return sub
+
+    def file_writer(name: str, writer, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        sub.add_argument("folder", type=Path, metavar="DIR")
+        sub.set_defaults(handler=writer, loads_config=False)
         return sub
 
     command(
         "setup-jvm",
         _setup_jvm,
-        "check Java 17+, resolve the pinned JVM artifacts into .cache/jvm, build the drivers' class archive",
+        "check Java 17+, resolve the pinned JVM artifacts into the JVM cache (PIPELINE_JVM_CACHE; else a "
+        "checkout's .cache/jvm or ~/.cache/stream-pipelines/jvm), build the drivers' class archive",
     )
     command(
         "setup-web-assets",
         _setup_web_assets,
-        "fetch the pinned scripts and styles Data Docs load into .cache/web, so they open offline",
+        "fetch the pinned scripts and styles Data Docs load into the web cache (PIPELINE_WEB_ASSET_CACHE; "
+        "else a checkout's .cache/web or ~/.cache/stream-pipelines/web), so they open offline",
     )
 
     command("topics", _topics, "create the configured topics, or grow their partitions (idempotent)")
@@ -176,6 +198,34 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     metrics_targets.add_argument(
         "--every", type=float, default=None, metavar="SECONDS", help="keep it current until stopped"
+    )
+
+    init_conf = file_writer(
+        "init-conf",
+        _init_conf,
+        "write the conf dir a deployment starts from into DIR: each environment's <env>.yaml (and the "
+        "ones it extends) and the sensor metadata, copies of the package's; then edit them and name DIR "
+        "in PIPELINE_CONF_DIR or --conf-dir",
+    )
+    init_conf.add_argument(
+        "--env",
+        dest="envs",
+        action="append",
+        default=[],
+        choices=shipped.starter_envs(),
+        metavar="NAME",
+        help=f"only this environment, with its base (repeatable; default: all of {shipped.starter_envs()})",
+    )
+    init_conf.add_argument("--force", action="store_true", help="replace files that exist already")
+
+    airflow_dags = file_writer(
+        "airflow-dags",
+        _airflow_dags,
+        "write the pipeline's DAG files into Airflow's DAGs folder DIR: one import each, of the DAGs in "
+        "the installed package; rewrite them after an upgrade",
+    )
+    airflow_dags.add_argument(
+        "--force", action="store_true", help="replace a file of the same name that this command did not write"
     )
 
     # The developer commands (local broker, generator, stack, demo) where the tooling is installed: the
@@ -409,6 +459,51 @@ def _metrics_targets(config: PipelineConfig, args: argparse.Namespace) -> int:
         raise UserFacingError(f"could not update {args.out}: {error}") from None
     except KeyboardInterrupt:
         pass  # Ctrl-C ends the loop; the file is whole, as after every write
+    return 0
+
+
+def _init_conf(args: argparse.Namespace) -> int:
+    folder = args.folder.absolute()
+    written = shipped.write_starter_conf(folder, args.envs, force=args.force)
+    print(f"wrote {len(written)} files into {folder}: {', '.join(path.name for path in written)}")
+    envs = [path.stem for path in written if path.suffix == ".yaml"]
+    print("next:")
+    print(
+        "  1. edit them for this deployment (docs/configuration.md): spark.master, kafka.bootstrap_servers "
+        "and kafka.security, paths.data_root, the topics; secrets only as ${VARIABLE}s"
+    )
+    relative = shipped.relative_locations(folder, written)
+    if relative:
+        print(f"     relative locations resolve under the conf dir's parent, {folder.parent}:")
+    for location in relative:
+        print(f"       {location.file} {location.key}: {location.value} -> {location.resolved}")
+        if location.missing:
+            print(
+                f"         no such file: set {location.key} to {folder / Path(location.value).name} "
+                "(written here) or a store URL, or name the conf dir conf"
+            )
+    print(
+        f"  2. point every command, app and Airflow worker at it: PIPELINE_CONF_DIR={folder} (or "
+        f"--conf-dir {folder}) and PIPELINE_ENV=<one of {envs}> (or --env)"
+    )
+    checked = args.envs[0] if args.envs else "local" if "local" in envs else envs[0]
+    print(f"  3. check it: pipelinectl status --conf-dir {folder} --env {checked}")
+    return 0
+
+
+def _airflow_dags(args: argparse.Namespace) -> int:
+    folder = args.folder.absolute()
+    outcome = shipped.write_dag_files(folder, force=args.force)
+    for verb, paths in (("wrote", outcome.written), ("unchanged", outcome.unchanged)):
+        if paths:
+            print(f"{verb} {len(paths)} DAG files in {folder}: {', '.join(path.name for path in paths)}")
+    for path in outcome.removed:
+        print(f"removed {path}: its DAG module is no longer in the package")
+    print(
+        f"Airflow parses them where {folder} is its DAGs folder ([core] dags_folder) or a DAG bundle's "
+        "path; its DAG processor and workers need this package installed beside Airflow, and the "
+        "workers the conf dir (PIPELINE_CONF_DIR, PIPELINE_ENV)"
+    )
     return 0
 
 

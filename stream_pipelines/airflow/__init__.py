@@ -1,6 +1,7 @@
 """Everything that runs inside Airflow: the supervisor (operator, adoption, watchdog thread, retry
 policy), the bodies of every DAG's tasks, DAG defaults, and the "Streaming pipeline" page (plugin and
-health data). The DAG files in dags/ only wire these; the plugin reaches Airflow through the package's
+health data). The DAG definitions in dags/ only wire these (Airflow reads them through the one-line DAG
+files `pipelinectl airflow-dags` writes); the plugin reaches Airflow through the package's
 ``airflow.plugins`` entry point.
 """
 

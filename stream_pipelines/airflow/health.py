@@ -36,14 +36,15 @@ import yaml
 from stream_pipelines.control.control_store import AppStatus, ControlStore, Restarts, app_status
 from stream_pipelines.control.lease import Lease, LeaseRecord
 from stream_pipelines.core import store
-from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig
+from stream_pipelines.core.config import PipelineConfig
 from stream_pipelines.core.procfs import process_exists
 from stream_pipelines.core.registry import APPS, App, spark_query_name
+from stream_pipelines.core.shipped import MONITORING
 from stream_pipelines.core.store import StoreError
 from stream_pipelines.observability.watchdog import Watchdog, WatchdogSettings
 from stream_pipelines.reconciliation import days as day_states
 
-ALERT_RULES = PROJECT_ROOT / "monitoring" / "rules" / "streaming_pipelines.yml"
+ALERT_RULES = MONITORING / "rules" / "streaming_pipelines.yml"
 WATERMARK_LAG_ALERT = "WatermarkLagHigh"
 PARTITION_STALLED_ALERT = "PartitionStalled"
 # The window Prometheus counts late drops and quarantined rows over.

@@ -8,4 +8,6 @@ exit codes, and where a process lives (on this host, or in YARN).
   store             the file layer: local paths, S3 and HDFS behind one API
   config            the pipeline's configuration, loaded and validated
   registry          every app, query and dataset, declared once
+  shipped           the files shipped beside the code (starter conf, monitoring), the DAG files and
+                    starter conf dir written from them, and the caches' default folders
 """

@@ -360,7 +360,7 @@ class App:
 
     @property
     def supervisor_dag_id(self) -> str:
-        """The Airflow DAG that keeps this app running (dags/streaming_supervisors.py)."""
+        """The Airflow DAG that keeps this app running (airflow/dags/streaming_supervisors.py)."""
         return f"supervise_{self.name}"
 
     @property

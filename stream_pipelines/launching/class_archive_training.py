@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig, load_config
+from stream_pipelines.core.config import PipelineConfig, load_config
 from stream_pipelines.core.registry import AD_MATCHING, APP_NAMES
 from stream_pipelines.inputs.parsing import CLICK_SCHEMA, IMPRESSION_SCHEMA
 from stream_pipelines.launching.class_archive import (
@@ -102,7 +102,7 @@ def build(config: PipelineConfig, say: Callable[[str], None] = print) -> Path:
                 result = subprocess.run(
                     command,
                     env=submit_environment(),
-                    cwd=PROJECT_ROOT,
+                    cwd=folder,  # whatever Spark leaves in its working folder goes with the scratch
                     stdout=log_file,
                     stderr=subprocess.STDOUT,
                     timeout=TRAINING_TIMEOUT_S,

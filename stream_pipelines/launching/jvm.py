@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from stream_pipelines.core.config import PROJECT_ROOT
+from stream_pipelines.core.shipped import cache_dir
 
 # The bundles' Ivy descriptors ship inside the package: an installed wheel resolves the same pins.
 DESCRIPTOR_DIR = Path(__file__).resolve().parent / "jvm_bundles"
@@ -30,7 +30,8 @@ class JvmSetupError(RuntimeError):
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get(CACHE_VARIABLE) or PROJECT_ROOT / ".cache" / "jvm")
+    """PIPELINE_JVM_CACHE, else a checkout's .cache/jvm, else the user's cache folder (core.shipped)."""
+    return cache_dir(CACHE_VARIABLE, "jvm")
 
 
 def java_executable() -> str:

@@ -1,10 +1,12 @@
 """The alert rules and the Prometheus/Alertmanager configs of monitoring/, rendered for other ports or a
 faster pace.
 
-monitoring/ holds the one copy of each. Whoever needs them elsewhere (a test on free ports, a quick
-local demo that should page within seconds instead of minutes) renders them from there, changing only
-what it names: every rule's ``for:`` and the evaluation interval, the scrape targets and intervals,
-the file the apps' targets are discovered in, the Alertmanager address, the receivers' base URL.
+monitoring/ holds the one copy of each; the package reads them where it ships them (``MONITORING``,
+from stream_pipelines.core.shipped), so an install needs no checkout. Whoever needs them elsewhere (a
+test on free ports, a quick local demo that should page within seconds instead of minutes) renders
+them from there, changing only what it names: every rule's ``for:`` and the evaluation interval, the
+scrape targets and intervals, the file the apps' targets are discovered in, the Alertmanager address,
+the receivers' base URL.
 Expressions, labels, annotations, routes and inhibitions always come from monitoring/ as they are.
 
 Prometheus finds the apps' drivers through a file of target groups (file_sd), written by
@@ -23,10 +25,9 @@ from typing import Any
 
 import yaml
 
-from stream_pipelines.core.config import PROJECT_ROOT
+from stream_pipelines.core.shipped import MONITORING
 from stream_pipelines.core.store import write_atomically
 
-MONITORING = PROJECT_ROOT / "monitoring"
 RULES_DIR = MONITORING / "rules"
 PROMETHEUS_CONFIG = MONITORING / "prometheus.yml"
 ALERTMANAGER_CONFIG = MONITORING / "alertmanager.yml"

@@ -3,7 +3,8 @@
 GX's page templates load Bootstrap, jQuery, Font Awesome, bootstrap-table and Vega from public CDNs,
 and its logo from S3 with the data context's id in the query string. Offline (an air-gapped cluster,
 a reviewer's laptop on a train) the pages open unstyled and their tables stay empty. ``make setup``
-fetches the same files, pinned and integrity-checked, from the npm registry into ``.cache/web``.
+fetches the same files, pinned and integrity-checked, from the npm registry into the web cache
+(``cache_root``).
 After each Data Docs build, ``localize`` copies them into the site's ``static/vendor`` folder (so
 the site stays self-contained) and rewrites every CDN reference to a relative path.
 
@@ -28,7 +29,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from stream_pipelines.core.config import PROJECT_ROOT
+from stream_pipelines.core.shipped import cache_dir
 
 CACHE_VARIABLE = "PIPELINE_WEB_ASSET_CACHE"
 REGISTRY = "https://registry.npmjs.org"
@@ -189,7 +190,8 @@ _SRI = re.compile(r"""\s+(?:integrity|crossorigin)(?:\s*=\s*(["']).*?\1)?""", re
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get(CACHE_VARIABLE) or PROJECT_ROOT / ".cache" / "web")
+    """PIPELINE_WEB_ASSET_CACHE, else a checkout's .cache/web, else the user's cache folder (core.shipped)."""
+    return cache_dir(CACHE_VARIABLE, "web")
 
 
 def _stamp(package: NpmPackage) -> Path:

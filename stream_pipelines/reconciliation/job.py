@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.metadata
 import subprocess
 import sys
 import time
@@ -28,8 +29,9 @@ from pyspark.sql import functions as F
 
 from stream_pipelines.apps.sensor_aggregation import enrich_with_metadata, tumbling_window_stats
 from stream_pipelines.core import registry
-from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig, add_config_arguments, config_or_report
+from stream_pipelines.core.config import PipelineConfig, add_config_arguments, config_or_report
 from stream_pipelines.core.exit_codes import ExitCode
+from stream_pipelines.core.shipped import DISTRIBUTION, source_checkout
 from stream_pipelines.driver import batch_log
 from stream_pipelines.driver.runtime import get_spark
 from stream_pipelines.inputs.parsing import CLICK, IMPRESSION, SENSOR_READING
@@ -623,13 +625,21 @@ def config_digest(config: PipelineConfig) -> str:
 
 
 def code_version() -> str:
-    """The git commit the job runs from (with +dirty for local changes), else 'unknown'."""
+    """The git commit of the checkout the job runs from (with +dirty for local changes), or an installed
+    package's name and version; else 'unknown'. An install is never asked git: its folder may sit in
+    some other repository."""
+    checkout = source_checkout()
+    if checkout is None:
+        try:
+            return f"{DISTRIBUTION} {importlib.metadata.version(DISTRIBUTION)}"
+        except importlib.metadata.PackageNotFoundError:
+            return "unknown"
     try:
         commit = subprocess.run(
-            ["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+            ["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "-C", str(PROJECT_ROOT), "status", "--porcelain", "--untracked-files=no"],
+            ["git", "-C", str(checkout), "status", "--porcelain", "--untracked-files=no"],
             capture_output=True,
             text=True,
             check=True,

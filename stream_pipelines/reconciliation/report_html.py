@@ -39,7 +39,7 @@ LABELS: dict[str, str] = {
     "sensor_watermark": "Configured watermark delay",
     "late_horizon": "Late horizon",
     "tolerances": "Tolerances",
-    "code_version": "Code version (git)",
+    "code_version": "Code version (git commit, or installed version)",
     "config_env": "Config environment",
     "config_digest": "Config digest",
     "run_at": "Run at (UTC)",
