@@ -2,6 +2,8 @@
 
     pipelinectl setup-jvm                      resolve the pinned JVM artifacts and build the drivers'
                                                class archive once (make setup does it)
+    pipelinectl pack-env --out DIR             pack the drivers' Python and Spark's jars for YARN, and print
+                                               the Spark settings that ship them
     pipelinectl setup-web-assets               fetch the files Data Docs load, once (make setup does it)
     pipelinectl broker start|stop|status       the local single-node KRaft broker (+ topics on start)
     pipelinectl topics                         create the configured topics (idempotent) on any cluster
@@ -51,7 +53,7 @@ from stream_pipelines.core.registry import APP_NAMES, App
 from stream_pipelines.core.registry import app as declared_app
 from stream_pipelines.kafka.clients import KafkaAccessRefused
 from stream_pipelines.kafka.topics import ensure_topics
-from stream_pipelines.launching import jvm, yarn_driver
+from stream_pipelines.launching import elf, jvm, yarn_driver
 from stream_pipelines.launching.launch import StartRefused, prepare
 from stream_pipelines.launching.submit import (
     compact_submit_command,
@@ -125,6 +127,17 @@ def _build_parser() -> argparse.ArgumentParser:
         _setup_web_assets,
         "fetch the pinned scripts and styles Data Docs load into the web cache (PIPELINE_WEB_ASSET_CACHE; "
         "else a checkout's .cache/web or ~/.cache/stream-pipelines/web), so they open offline",
+    )
+
+    pack_env = command(
+        "pack-env",
+        _pack_env,
+        "pack this environment's Python (interpreter included) and Spark's jars into DIR, each named by "
+        "its content's digest (built again only when that changes), and print the Spark settings that "
+        "ship them with a YARN application, so that a NodeManager needs only a JVM",
+    )
+    pack_env.add_argument(
+        "--out", required=True, type=Path, metavar="DIR", help="the folder the two archives go to"
     )
 
     command("topics", _topics, "create the configured topics, or grow their partitions (idempotent)")
@@ -271,6 +284,35 @@ def _setup_web_assets(config: PipelineConfig, args: argparse.Namespace) -> int:
     except data_docs_assets.WebAssetError as error:
         raise UserFacingError(str(error)) from None
     print(f"{len(folders)} web asset packages in {data_docs_assets.cache_root()}")
+    return 0
+
+
+def _pack_env(config: PipelineConfig, args: argparse.Namespace) -> int:
+    from stream_pipelines.launching import packed_env  # deferred: only this command packs
+
+    def say(line: str) -> None:
+        # Progress to stderr: stdout holds what a script reads, the archives and the settings.
+        print(f"pack-env: {line}", file=sys.stderr, flush=True)
+
+    try:
+        environment = packed_env.build_environment_archive(args.out, say=say)
+        jars = packed_env.build_jars_archive(args.out, say=say)
+    except (packed_env.PackError, elf.ElfError) as error:
+        raise UserFacingError(str(error)) from None
+    print(f"python environment: {environment.describe()}")
+    print(f"spark jars: {jars.describe()}")
+    print(f"the nodes must provide: {', '.join(environment.required_from_nodes)} (and a JVM)")
+    settings = packed_env.spark_settings(
+        environment.path.resolve().as_uri(), jars.path.resolve().as_uri(), drivers_in_cluster=True
+    )
+    print("spark settings (cluster deploy mode; in client mode drop the two driver ones):")
+    for key, value in settings.items():
+        print(f"  {key}={value}")
+    print(
+        "spark-submit uploads these files with every application; to upload them once, copy both to "
+        "the store (e.g. hdfs dfs -put) and use their hdfs:// or s3a:// URLs instead: the names change "
+        "only when the content does."
+    )
     return 0
 
 

@@ -8,4 +8,6 @@ following its application.
   yarn_driver             a driver in a YARN application: found, followed, stopped
   launch                  one start of an app for every launcher: checks, bookkeeping, the command
   class_archive_training  building the class-data archive (``make setup``)
+  packed_env              the drivers' Python (interpreter included) and Spark's jars, packed for YARN
+  elf                     a shared library's needs and search path, moved beside it (for packed_env)
 """
