@@ -2,8 +2,8 @@
 
     pipelinectl setup-jvm                      resolve the pinned JVM artifacts and build the drivers'
                                                class archive once (make setup does it)
-    pipelinectl pack-env --out DIR             pack the drivers' Python and Spark's jars for YARN, and print
-                                               the Spark settings that ship them
+    pipelinectl pack-env --out DIR|URL         pack the drivers' Python and Spark's jars for YARN, upload
+                                               them once per version, and print the config that ships them
     pipelinectl setup-web-assets               fetch the files Data Docs load, once (make setup does it)
     pipelinectl broker start|stop|status       the local single-node KRaft broker (+ topics on start)
     pipelinectl topics                         create the configured topics (idempotent) on any cluster
@@ -38,7 +38,7 @@ import importlib
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import date
 from pathlib import Path
 
@@ -46,7 +46,7 @@ from stream_pipelines.checkpoint.inspect import CheckpointError, inspect
 from stream_pipelines.checkpoint.reset import RESET_FROM, parse_offsets_argument, parse_reset_time, reset
 from stream_pipelines.control.app_report import app_line, app_records
 from stream_pipelines.control.control_store import ControlStore, apply_action
-from stream_pipelines.core import shipped
+from stream_pipelines.core import shipped, store
 from stream_pipelines.core.config import Duration, PipelineConfig, add_config_arguments, config_or_report
 from stream_pipelines.core.exit_codes import ExitCode
 from stream_pipelines.core.registry import APP_NAMES, App
@@ -63,6 +63,9 @@ from stream_pipelines.launching.submit import (
 from stream_pipelines.observability.metrics_targets import publish
 from stream_pipelines.quality import data_docs_assets
 from stream_pipelines.tables import maintenance, retention
+
+# Where pack-env builds the archives it uploads to a store (else the user's or the checkout's cache).
+PACK_CACHE = "PIPELINE_PACK_CACHE"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -137,7 +140,11 @@ def _build_parser() -> argparse.ArgumentParser:
         "ship them with a YARN application, so that a NodeManager needs only a JVM",
     )
     pack_env.add_argument(
-        "--out", required=True, type=Path, metavar="DIR", help="the folder the two archives go to"
+        "--out",
+        required=True,
+        metavar="DIR|URL",
+        help="where the two archives go: a local folder, or a folder on the store every node reaches "
+        "(hdfs://..., s3a://...), where each is uploaded once per version",
     )
 
     command("topics", _topics, "create the configured topics, or grow their partitions (idempotent)")
@@ -294,26 +301,40 @@ def _pack_env(config: PipelineConfig, args: argparse.Namespace) -> int:
         # Progress to stderr: stdout holds what a script reads, the archives and the settings.
         print(f"pack-env: {line}", file=sys.stderr, flush=True)
 
+    destination = str(args.out)
+    # Built on this disk (into the named folder, or a cache for a store), then uploaded once per name.
+    local = (
+        Path(destination) if store.is_local(destination) else shipped.cache_dir(PACK_CACHE, "environments")
+    )
     try:
-        environment = packed_env.build_environment_archive(args.out, say=say)
-        jars = packed_env.build_jars_archive(args.out, say=say)
+        environment = packed_env.build_environment_archive(local, say=say)
+        jars = packed_env.build_jars_archive(local, say=say)
+        urls = [_published(config, archive.path, destination, say) for archive in (environment, jars)]
     except (packed_env.PackError, elf.ElfError) as error:
         raise UserFacingError(str(error)) from None
+    except OSError as error:
+        raise UserFacingError(f"could not upload to {destination}: {error}") from None
     print(f"python environment: {environment.describe()}")
     print(f"spark jars: {jars.describe()}")
     print(f"the nodes must provide: {', '.join(environment.required_from_nodes)} (and a JVM)")
-    settings = packed_env.spark_settings(
-        environment.path.resolve().as_uri(), jars.path.resolve().as_uri(), drivers_in_cluster=True
-    )
-    print("spark settings (cluster deploy mode; in client mode drop the two driver ones):")
-    for key, value in settings.items():
-        print(f"  {key}={value}")
-    print(
-        "spark-submit uploads these files with every application; to upload them once, copy both to "
-        "the store (e.g. hdfs dfs -put) and use their hdfs:// or s3a:// URLs instead: the names change "
-        "only when the content does."
-    )
+    print("the config that ships them with every YARN application (conf/<env>.yaml):")
+    print(f"yarn:\n  python_environment: {urls[0]}\n  spark_jars_archive: {urls[1]}")
     return 0
+
+
+def _published(config: PipelineConfig, archive: Path, destination: str, say: Callable[[str], None]) -> str:
+    """The archive's URL under ``destination``, uploaded there unless a file of that name (its content's
+    digest) already is."""
+    if store.is_local(destination):
+        return archive.resolve().as_uri()
+    url = f"{destination.rstrip('/')}/{archive.name}"
+    target = store.location(config.spark.extra_conf, url)
+    if archive.name in store.entries(target.parent):
+        say(f"{url} is on the store already")
+    else:
+        say(f"uploading {archive.name} ({archive.stat().st_size / 1e6:.0f} MB) to {url}")
+        store.upload_file(archive, target)
+    return url
 
 
 def _topics(config: PipelineConfig, args: argparse.Namespace) -> int:

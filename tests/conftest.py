@@ -251,6 +251,51 @@ def yarn(session_root: Path, hdfs):
         cluster.stop(with_hdfs=False)
 
 
+@dataclass(frozen=True)
+class PackedOnStore:
+    """``pipelinectl pack-env``'s two archives, built once per session and uploaded to the session's HDFS."""
+
+    python_environment: str  # its URL on HDFS
+    spark_jars_archive: str
+    local_folder: Path  # where the command built them
+
+    def settings(self) -> list[str]:
+        return [
+            f"yarn.python_environment={self.python_environment}",
+            f"yarn.spark_jars_archive={self.spark_jars_archive}",
+        ]
+
+
+@pytest.fixture(scope="session")
+def packed_on_store(session_root: Path, hdfs) -> PackedOnStore:
+    """The real command, as a deployment runs it once per version (one to two minutes: it reads and
+    compresses about 900 MB)."""
+    import os
+    import subprocess
+    import sys
+
+    folder = session_root / "packs"
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "pipelinectl"),
+            "pack-env",
+            "--out",
+            hdfs.url("apps/stream-pipelines"),
+        ],
+        env={**os.environ, "PIPELINE_PACK_CACHE": str(folder)},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = dict(
+        line.strip().split(": ", 1)
+        for line in done.stdout.splitlines()
+        if line.startswith("  ") and ": " in line
+    )
+    return PackedOnStore(said["python_environment"], said["spark_jars_archive"], folder)
+
+
 def yarn_overrides(yarn, data_root: str) -> list[str]:
     """A config whose drivers run in ``yarn``'s containers (cluster mode), its data under ``data_root``."""
     return yarn.pipeline_settings(data_root)

@@ -1,8 +1,8 @@
 """The packed environment of this very venv (``pipelinectl pack-env``): unpacked into another folder and
 started with an empty environment, its python imports every driver's modules from that folder alone;
 where this test may make a mount namespace (root), with the build interpreter, the venv and the checkout
-hidden under empty folders, as on a node that has none of them. Slow: the pack reads and compresses
-about 900 MB (one to two minutes on two cores)."""
+hidden under empty folders, as on a node that has none of them. The pack is the session's (``pipelinectl
+pack-env`` to the session's HDFS, ``packed_on_store``), which the YARN test ships with its drivers."""
 
 from __future__ import annotations
 
@@ -35,13 +35,17 @@ print(json.dumps({"files": files, "absent": absent}))
 """
 
 
-def test_the_driver_closure_imports_from_the_unpacked_pack_of_this_environment(tmp_path: Path):
-    archive = packed_env.build_environment_archive(
-        tmp_path / "out", Path(sys.executable), say=lambda line: None
-    )
+def test_the_driver_closure_imports_from_the_unpacked_pack_of_this_environment(
+    tmp_path: Path, packed_on_store
+):
+    [archive] = [
+        path
+        for path in packed_on_store.local_folder.glob("*.tar.gz")
+        if packed_on_store.python_environment.endswith(path.name)
+    ]
     unpacked = tmp_path / "container" / packed_env.ENVIRONMENT_LINK
     unpacked.mkdir(parents=True)
-    subprocess.run(["tar", "xzf", str(archive.path), "-C", str(unpacked)], check=True)
+    subprocess.run(["tar", "xzf", str(archive), "-C", str(unpacked)], check=True)
 
     command = [
         "env",

@@ -97,6 +97,7 @@ class ProcessWatch:
         self.secrets, self.containers = [secret.encode() for secret in secrets], str(containers).encode()
         self.leaks: list[str] = []
         self.container_processes = 0
+        self.pythons: set[str] = set()  # the executables of the containers' Python processes
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -119,9 +120,12 @@ class ProcessWatch:
             command = (entry / "cmdline").read_bytes()
             in_container = self.containers in command
             environment = (entry / "environ").read_bytes() if in_container else b""
+            executable = os.readlink(entry / "exe") if in_container else ""
         except OSError:
             return  # gone, or not ours
         self.container_processes += in_container
+        if "python" in Path(executable).name:
+            self.pythons.add(executable)
         for secret in self.secrets:
             if secret in command or secret in environment:
                 where = "environment" if secret in environment else "command line"
@@ -156,7 +160,16 @@ def container_group(pid: int) -> int:
 
 
 def test_a_driver_in_yarn_restarts_from_its_checkpoint_when_its_container_dies_or_it_freezes(
-    spark, yarn, hdfs_root, broker, secured_kafka, make_overrides, airflow_env, tmp_path, monkeypatch
+    spark,
+    yarn,
+    hdfs_root,
+    broker,
+    secured_kafka,
+    packed_on_store,
+    make_overrides,
+    airflow_env,
+    tmp_path,
+    monkeypatch,
 ):
     secrets = secured_kafka.environment()
     for name, value in secrets.items():
@@ -176,6 +189,8 @@ def test_a_driver_in_yarn_restarts_from_its_checkpoint_when_its_container_dies_o
         "spark.extra_conf.spark.eventLog.enabled=true",
         f"spark.extra_conf.spark.eventLog.dir={event_log}",
         "spark.extra_conf.spark.eventLog.compress=false",  # so that it can be searched as written
+        # The containers run the packed Python (interpreter included) and Spark's jars from HDFS.
+        *packed_on_store.settings(),
     )
     config = make_overrides_config(overrides)
     assert config.kafka.security.protocol == "SASL_SSL" and config.kafka.security.mutual_tls
@@ -275,6 +290,10 @@ def test_a_driver_in_yarn_restarts_from_its_checkpoint_when_its_container_dies_o
     # second), the ResourceManager's REST answers and web pages, every container's logs (its launch
     # script included), Spark's event logs (what its UI shows: settings and plans), the task logs.
     assert watch.container_processes > 30 and not watch.leaks, watch.leaks[:5]
+    # Every Python in a container (drivers, executors' workers) is the packed one YARN unpacked there.
+    assert watch.pythons and all(
+        Path(python).is_relative_to(yarn.home / "nm-local") for python in watch.pythons
+    ), watch.pythons
     assert not leaked_into(answers, never_shown)
     container_logs = {
         str(path): path.read_bytes() for path in (yarn.home / "nm-logs").rglob("*") if path.is_file()

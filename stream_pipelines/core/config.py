@@ -541,6 +541,12 @@ class YarnSettings(_Section):
     hadoop_conf_dir: str | None = None
     # The container log lines a supervisor or a job shows from a driver that ended (the tail of its stderr).
     driver_log_bytes: int = Field(16384, ge=0)
+    # What the containers run on, from `pipelinectl pack-env` (uploaded once per version, each named by
+    # its content): the drivers' and executors' Python, interpreter included, and Spark's jars. URLs on
+    # a store every node reaches (hdfs://, s3a://). Unset: the Python at the launcher's path and the
+    # launcher's jars, which then every node must have at the same paths.
+    python_environment: str | None = None
+    spark_jars_archive: str | None = None
 
 
 class PipelineConfig(_Section):

@@ -539,6 +539,38 @@ def _hdfs_copy_file(source: Path, target: Path) -> None:
             temporary.fs.client.delete(temporary.path, False)
 
 
+def upload_file(source: Path, target: Path) -> None:
+    """A local file to ``target`` on any store, whole or not at all: on HDFS and a local disk through a
+    temporary file renamed over it, on an object store by one (multipart) upload that only its end makes
+    visible. A reader never finds half an archive under its final name."""
+    if on_object_store(target):
+        target.fs.put_file(str(source), target.path)
+        return
+    temporary = _temporary(target)
+    try:
+        if on_hdfs(target):
+            from hdfs_native import WriteOptions
+
+            with (
+                source.open("rb") as reader,
+                target.fs.client.create(
+                    temporary.path, WriteOptions(overwrite=False, create_parent=True)
+                ) as out,
+            ):
+                shutil.copyfileobj(reader, out, 8 * 2**20)
+            _hdfs_rename(temporary, target, overwrite=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, temporary)
+            os.replace(temporary, target)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            if on_hdfs(temporary):
+                temporary.fs.client.delete(temporary.path, False)
+            else:
+                os.unlink(temporary)
+
+
 def move(source: Path, target: Path) -> None:
     """Rename a file or folder. On a filesystem one atomic rename; on an object store, which has no
     rename, a copy of every object and then the delete of the source (callers hold the app's lease or

@@ -449,15 +449,19 @@ def build_jars_archive(out_dir: Path, python: Path | None = None, say: Say = pri
 # --------------------------------------------------------------------------- the settings
 
 
-def spark_settings(environment_url: str, jars_url: str, *, drivers_in_cluster: bool) -> dict[str, str]:
-    """The Spark settings that run a YARN application on the two archives.
+def spark_settings(
+    environment_url: str | None, jars_url: str | None, *, drivers_in_cluster: bool
+) -> dict[str, str]:
+    """The Spark settings that run a YARN application on the two archives (either may be None).
 
     A driver in the cluster (deploy mode cluster) runs the packed python too; a client-mode driver runs
     on the launcher, in its own environment, and only the executors use the archive."""
-    settings = {
+    settings = {"spark.yarn.archive": jars_url} if jars_url else {}
+    if environment_url is None:
+        return settings
+    settings |= {
         "spark.archives": f"{environment_url}#{ENVIRONMENT_LINK}",
         "spark.pyspark.python": PACKED_PYTHON,
-        "spark.yarn.archive": jars_url,
         # The Python workers: nothing from the container user's ~/.local.
         "spark.executorEnv.PYTHONNOUSERSITE": "1",
     }

@@ -15,7 +15,7 @@ from stream_pipelines.core import store
 from stream_pipelines.core.config import PipelineConfig
 from stream_pipelines.core.kafka_security import SECRET_OPTIONS_PATTERN
 from stream_pipelines.core.resource_manager import tags_of
-from stream_pipelines.launching import class_archive, jvm
+from stream_pipelines.launching import class_archive, jvm, packed_env
 
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
@@ -80,8 +80,8 @@ def yarn_conf(config: PipelineConfig, name: str, *, streaming: bool) -> dict[str
       application through the ResourceManager; a batch job's waits for its end (its exit is the job's);
     - the config for a driver in its container comes in its bundle (``driver_bundle``, added by
       ``submit.submission``);
-    - Python and Spark's jars from this install, which every node has at the same path on one machine
-      (a cluster sets ``spark.yarn.archive`` and ``spark.pyspark.python`` in ``spark.extra_conf``).
+    - Python and Spark's jars from ``yarn.python_environment`` and ``yarn.spark_jars_archive``
+      (``pipelinectl pack-env``), else from this install, which every node then needs at the same path.
     """
     import pyspark  # deferred: only a YARN launch needs to know where pyspark lives
 
@@ -92,10 +92,16 @@ def yarn_conf(config: PipelineConfig, name: str, *, streaming: bool) -> dict[str
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
     }
+    yarn = config.yarn
+    conf.update(
+        packed_env.spark_settings(
+            yarn.python_environment, yarn.spark_jars_archive, drivers_in_cluster=config.drivers_in_cluster
+        )
+    )
     jars = Path(pyspark.__file__).parent / "jars"
     # Not in a driver in YARN, whose pyspark comes from pyspark.zip (no jars there): it keeps the
     # value its spark-submit was given.
-    if jars.is_dir() and not {"spark.yarn.jars", "spark.yarn.archive"} & set(config.spark.extra_conf):
+    if jars.is_dir() and not {"spark.yarn.jars", "spark.yarn.archive"} & {*config.spark.extra_conf, *conf}:
         conf["spark.yarn.jars"] = f"local:{jars}/*"
     return conf
 

@@ -155,7 +155,10 @@ def yarn_environment(config: PipelineConfig) -> dict[str, str]:
     )
     lib = Path(pyspark.__file__).parent / "python" / "lib"
     archives = sorted(lib.glob("py4j-*-src.zip"))
+    # ``local:`` says every node has the file at this path; with a packed environment a node has only
+    # a JVM, so spark-submit uploads them with the application (4 MB).
+    scheme = "" if config.yarn.python_environment else "local:"
     environment["PYSPARK_ARCHIVES_PATH"] = ",".join(
-        f"local:{path}" for path in [lib / "pyspark.zip", *archives]
+        f"{scheme}{path}" for path in [lib / "pyspark.zip", *archives]
     )
     return environment
