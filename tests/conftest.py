@@ -267,10 +267,11 @@ class PackedOnStore:
 
 
 @pytest.fixture(scope="session")
-def packed_on_store(session_root: Path, hdfs) -> PackedOnStore:
+def packed_on_store(session_root: Path, hdfs) -> Iterator[PackedOnStore]:
     """The real command, as a deployment runs it once per version (one to two minutes: it reads and
-    compresses about 900 MB)."""
+    compresses about 900 MB); its local copies (650 MB) are removed after the session."""
     import os
+    import shutil
     import subprocess
     import sys
 
@@ -293,7 +294,8 @@ def packed_on_store(session_root: Path, hdfs) -> PackedOnStore:
         for line in done.stdout.splitlines()
         if line.startswith("  ") and ": " in line
     )
-    return PackedOnStore(said["python_environment"], said["spark_jars_archive"], folder)
+    yield PackedOnStore(said["python_environment"], said["spark_jars_archive"], folder)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def yarn_overrides(yarn, data_root: str) -> list[str]:

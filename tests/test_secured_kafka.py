@@ -3,11 +3,15 @@ SASL_SSL listener (SCRAM-SHA-512, with conf/cluster.yaml's kafka.security as it 
 TLS listener, with certificates made for this session by the openssl command line (a root CA, an
 intermediate that signs the broker and the clients, a client key in every form openssl writes).
 
-Every client of the project runs over both: the start-up topic check and `pipelinectl topics`,
-`pipelinectl produce`, the apps' Spark source and sink (raw_archive, sensor_aggregation), the watchdog's
-offset reads, and a checkpoint reset from a time. A refused login, an unknown CA or an expired client
-certificate is a configuration error, said at start-up with the setting and the broker's words, and
-never retried; the password never shows on a command line or in a log.
+Every client of the project runs over mutual TLS with a client key encrypted as openssl 3 encrypts one:
+the start-up topic check and `pipelinectl topics`, `pipelinectl produce`, the apps' Spark source and
+sink (all three apps), the watchdog's offset reads, and a checkpoint reset from a time. SASL_SSL is
+what `tests/test_yarn_cluster_mode.py` runs over, with a client certificate too: the start checks, the
+producer, a driver and its executors in YARN, the watchdog, and a search for the secrets everywhere.
+
+A refused login, an unknown CA or an expired client certificate is a configuration error, said at
+start-up with the setting and the broker's words, and never retried; the password never shows on a
+command line or in a log.
 """
 
 from __future__ import annotations
@@ -35,12 +39,6 @@ from tests.conftest import (
 )
 
 pytestmark = [pytest.mark.broker]
-
-PROTOCOLS = ("sasl_ssl", "mutual_tls")
-
-
-def secured_overrides(secured: SecuredKafka, protocol: str) -> list[str]:
-    return secured.sasl_ssl() if protocol == "sasl_ssl" else secured.mutual_tls()
 
 
 def pipelinectl(*arguments: str, overrides: list[str], log: Path) -> subprocess.CompletedProcess:
@@ -77,9 +75,8 @@ def end_offsets(config, topics: list[str]) -> dict[str, dict[int, int]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_every_client_runs_over_the_secured_listener(
-    spark, broker, secured_kafka, make_overrides, monkeypatch, tmp_path, protocol
+def test_every_client_runs_over_mutual_tls_with_a_key_encrypted_as_openssl_3_does(
+    spark, broker, secured_kafka, make_overrides, monkeypatch, tmp_path
 ):
     for name, value in secured_kafka.environment().items():
         monkeypatch.setenv(name, value)
@@ -88,10 +85,10 @@ def test_every_client_runs_over_the_secured_listener(
         f"kafka.topics.sliding_averages.name=sliding-{uuid.uuid4().hex[:8]}",
         # Several batches, so that the watermark moves on and closes the first windows.
         "kafka.max_offsets_per_trigger=300",
-        *secured_overrides(secured_kafka, protocol),
+        *secured_kafka.mutual_tls(),
     )
     config = make_overrides_config(overrides)
-    assert config.kafka.security.protocol == ("SASL_SSL" if protocol == "sasl_ssl" else "SSL")
+    assert config.kafka.security.protocol == "SSL" and config.kafka.security.key_password_env
     log = tmp_path / "run.log"
 
     # The CLI: topics, then a scenario produced through the secured listener.
@@ -115,12 +112,12 @@ def test_every_client_runs_over_the_secured_listener(
     commands = []
     # Over mutual TLS the client key is encrypted as openssl 3 encrypts one by default (PBES2), which
     # Kafka's Java client cannot read as it is: every app's source and sink take it all the same.
-    apps = ("raw_archive", "sensor_aggregation", *(("ad_matching",) if protocol == "mutual_tls" else ()))
+    apps = ("raw_archive", "sensor_aggregation", "ad_matching")
     with log.open("ab") as output:
         for app in apps:
             driver = run_app(app, "available-now", overrides, stdout=output, stderr=subprocess.STDOUT)
             commands.append(driver.args)
-            assert driver.wait(600) == 0, f"{app} failed over {protocol}; see {log}"
+            assert driver.wait(600) == 0, f"{app} failed over mutual TLS; see {log}"
     archive = spark.read.parquet(config.data_path("archive"))
     assert archive.count() == total
     assert archive.select("topic", "partition", "offset").distinct().count() == total
@@ -165,17 +162,16 @@ def test_every_client_runs_over_the_secured_listener(
         assert not any(secret in " ".join(command) for secret in secrets), "a secret on a command line"
     text = log.read_text()
     assert not any(secret in text for secret in secrets), f"a secret in the log; see {log}"
-    if protocol == "mutual_tls":
-        assert config.kafka.security.key_password_env is not None
-        from stream_pipelines.core.tls_files import java_client_key, open_client_key
+    assert config.kafka.security.key_password_env is not None
+    from stream_pipelines.core.tls_files import java_client_key, open_client_key
 
-        key = open_client_key(config.kafka.security.key_file, secrets[-1], None)
-        plain = key.private_bytes(Encoding.DER, PrivateFormat.PKCS8, NoEncryption())
-        handed = java_client_key(config.kafka.security.key_file, secrets[-1])
-        flat = "".join(text.split())
-        for shown in (base64.b64encode(plain).decode()[:48], "".join(handed.splitlines()[1:-1])[:48]):
-            assert shown not in flat, "the client's private key in the log"
-        assert spark.read.parquet(config.output_dir("ad_matches")).count() > 0, "ad_matching wrote nothing"
+    key = open_client_key(config.kafka.security.key_file, secrets[-1], None)
+    plain = key.private_bytes(Encoding.DER, PrivateFormat.PKCS8, NoEncryption())
+    handed = java_client_key(config.kafka.security.key_file, secrets[-1])
+    flat = "".join(text.split())
+    for shown in (base64.b64encode(plain).decode()[:48], "".join(handed.splitlines()[1:-1])[:48]):
+        assert shown not in flat, "the client's private key in the log"
+    assert spark.read.parquet(config.output_dir("ad_matches")).count() > 0, "ad_matching wrote nothing"
 
 
 def refused_settings(secured: SecuredKafka, case: str) -> tuple[list[str], dict[str, str], list[str]]:

@@ -94,7 +94,8 @@ class ProcessWatch:
     container: the places a secret must never be seen in (``leaks``)."""
 
     def __init__(self, secrets: list[str], containers: Path) -> None:
-        self.secrets, self.containers = [secret.encode() for secret in secrets], str(containers).encode()
+        self.secrets = [secret.encode() for secret in secrets]
+        self.containers = str(containers.resolve()).encode()
         self.leaks: list[str] = []
         self.container_processes = 0
         self.pythons: set[str] = set()  # the executables of the containers' Python processes
@@ -118,7 +119,9 @@ class ProcessWatch:
     def _look(self, entry: Path) -> None:
         try:
             command = (entry / "cmdline").read_bytes()
-            in_container = self.containers in command
+            # A container's processes run in its working folder (a Python driver's command line is
+            # relative to it: ./environment/bin/python raw_archive.py ...).
+            in_container = os.readlink(entry / "cwd").encode().startswith(self.containers)
             environment = (entry / "environ").read_bytes() if in_container else b""
             executable = os.readlink(entry / "exe") if in_container else ""
         except OSError:

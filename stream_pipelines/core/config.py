@@ -715,6 +715,15 @@ class PipelineConfig(_Section):
                 raise ValueError(
                     "yarn.manage_local runs YARN over the config's local HDFS: set hdfs.manage_local"
                 )
+        for key in ("python_environment", "spark_jars_archive"):
+            archive = getattr(self.yarn, key)
+            if archive is not None and not self.on_yarn:
+                raise ValueError(f"yarn.{key} is set, but spark.master is {self.spark.master!r}, not yarn")
+            if archive is not None and "://" not in archive:
+                raise ValueError(
+                    f"yarn.{key}: {archive!r} is not a URL: name the archive where every node reaches it "
+                    "(hdfs://..., s3a://...), as `pipelinectl pack-env --out` prints it"
+                )
         return self
 
     def sink_log_floor(self) -> Duration:

@@ -317,7 +317,9 @@ class LocalYarn(LocalDaemons):
             "yarn.resourcemanager.nodemanagers.heartbeat-interval-ms": "500",
             "yarn.nodemanager.health-checker.interval-ms": "5000",
             "yarn.nm.liveness-monitor.expiry-interval-ms": "30000",
-            "yarn.am.liveness-monitor.expiry-interval-ms": "30000",
+            # An ApplicationMaster registers once its driver's SparkContext is up: a driver's first start
+            # on a packed Python, its files cold from YARN's unpacking, took over 30 s here.
+            "yarn.am.liveness-monitor.expiry-interval-ms": "120000",
             "yarn.resourcemanager.system-metrics-publisher.enabled": "false",
             "yarn.timeline-service.enabled": "false",
             "yarn.resourcemanager.recovery.enabled": "false",

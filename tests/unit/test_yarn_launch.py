@@ -45,6 +45,28 @@ def test_cluster_mode_is_refused_without_yarn_and_yarn_without_its_resourcemanag
         config(*IN_YARN, "yarn.manage_local=true")
 
 
+def test_the_packed_archives_are_urls_and_ship_with_every_application(tmp_path):
+    with pytest.raises(
+        ConfigError, match=r"yarn\.python_environment is set, but spark\.master is 'local\[2\]'"
+    ):
+        config("yarn.python_environment=hdfs://nn:8020/apps/env.tar.gz")
+    with pytest.raises(ConfigError, match=r"yarn\.spark_jars_archive: 'jars\.zip' is not a URL"):
+        config(*IN_YARN, "yarn.spark_jars_archive=jars.zip")
+    packed = config(
+        *IN_YARN,
+        f"paths.data_root={tmp_path}",
+        "yarn.python_environment=hdfs://nn:8020/apps/env.tar.gz",
+        "yarn.spark_jars_archive=hdfs://nn:8020/apps/jars.zip",
+    )
+    conf = spark_conf(packed, "raw_archive")
+    assert conf["spark.archives"] == "hdfs://nn:8020/apps/env.tar.gz#environment"
+    assert conf["spark.pyspark.python"] == conf["spark.pyspark.driver.python"] == "./environment/bin/python"
+    assert conf["spark.yarn.archive"] == "hdfs://nn:8020/apps/jars.zip" and "spark.yarn.jars" not in conf
+    # pyspark.zip and py4j are uploaded with the application: a node has no launcher's paths.
+    archives = submit.submit_environment({}, packed)["PYSPARK_ARCHIVES_PATH"].split(",")
+    assert archives and not [path for path in archives if path.startswith("local:")]
+
+
 def test_the_yarn_profile_loads_with_drivers_in_the_cluster_over_its_own_hdfs():
     profile = load_config("yarn", environ={})
     assert profile.drivers_in_cluster
