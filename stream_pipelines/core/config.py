@@ -575,6 +575,15 @@ class PipelineConfig(_Section):
     # The environment variables the load read, with their values (secrets among them): never logged.
     _variables_read: dict[str, str] = PrivateAttr(default_factory=dict)
 
+    def __eq__(self, other: object) -> bool:
+        # What a config says, not how it was loaded: the same settings from --set or from variables are
+        # the same config, whichever variables each load read.
+        if not isinstance(other, PipelineConfig):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    __hash__ = _Section.__hash__
+
     def variables_read(self) -> dict[str, str]:
         """The environment variables this config was loaded with: its ``PIPELINE__`` overrides, its
         ``${VAR}`` references and the variables its secrets come from, with their values. What another
