@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 import time
@@ -251,6 +252,75 @@ def yarn(session_root: Path, hdfs):
         cluster.stop(with_hdfs=False)
 
 
+def run(command: list[str], **options) -> subprocess.CompletedProcess:
+    """A command that must succeed (its stderr's end in the failure)."""
+    result = subprocess.run(command, capture_output=True, **{"text": True, "timeout": 600, **options})
+    assert result.returncode == 0, f"{command[:3]} exited {result.returncode}:\n{result.stderr[-3000:]!r}"
+    return result
+
+
+def outside_environment(**settings: str) -> dict[str, str]:
+    """This process's environment without what would point a command at the checkout or its venv."""
+    return {
+        **{
+            key: value
+            for key, value in os.environ.items()
+            if not key.startswith(("PYTHONPATH", "PIPELINE_", "VIRTUAL_ENV", "PYSPARK_", "SPARK_HOME"))
+        },
+        **settings,
+    }
+
+
+@dataclass(frozen=True)
+class InstalledSite:
+    """The package as a platform team installs it: the wheel of the committed files (git archive HEAD) in
+    a new virtualenv outside the checkout (the lock as constraints), with the conf dir its own
+    `pipelinectl init-conf` wrote (named conf, so the starter's relative paths land beside it)."""
+
+    venv: Path
+    conf_dir: Path
+
+    def command(self, name: str) -> str:
+        return str(self.venv / "bin" / name)
+
+    def environment(self, **settings: str) -> dict[str, str]:
+        """Nothing of the checkout's: its conf dir, and the JVM artifacts `make setup` resolved (jars)."""
+        from stream_pipelines.launching import jvm
+
+        return outside_environment(
+            PIPELINE_CONF_DIR=str(self.conf_dir), **{jvm.CACHE_VARIABLE: str(jvm.cache_root())}, **settings
+        )
+
+
+@pytest.fixture(scope="session")
+def installed_site(tmp_path_factory: pytest.TempPathFactory) -> InstalledSite:
+    """Built once per session (about a minute): the installed-package tests and the YARN test use it."""
+    from stream_pipelines.core.config import PROJECT_ROOT
+
+    uv = str(Path(sys.executable).parent / "uv")
+    root = tmp_path_factory.mktemp("second-site")
+    source = root / "source"
+    source.mkdir()
+    archive = run(["git", "-C", str(PROJECT_ROOT), "archive", "--format=tar", "HEAD"], text=False)
+    subprocess.run(["tar", "-x", "-C", str(source)], input=archive.stdout, check=True)
+    run([uv, "build", "--wheel", "--out-dir", str(root / "dist"), str(source)])
+    [wheel] = (root / "dist").glob("stream_pipelines-*.whl")
+    venv = root / "site"
+    run([uv, "venv", "--quiet", "--python", "python3.11", str(venv)])
+    python = str(venv / "bin" / "python")
+    constraints = str(PROJECT_ROOT / "requirements.lock")
+    run([uv, "pip", "install", "--quiet", "--python", python, str(wheel), "--constraint", constraints])
+    conf_dir = root / "deployment" / "conf"
+    written = run(
+        [str(venv / "bin" / "pipelinectl"), "init-conf", str(conf_dir)], cwd=root, env=outside_environment()
+    )
+    assert f"PIPELINE_CONF_DIR={conf_dir}" in written.stdout and "no such file" not in written.stdout
+    assert sorted(path.name for path in conf_dir.iterdir()) == sorted(
+        path.name for path in (PROJECT_ROOT / "conf").iterdir()
+    )
+    return InstalledSite(venv, conf_dir)
+
+
 @dataclass(frozen=True)
 class PackedOnStore:
     """``pipelinectl pack-env``'s two archives, built once per session and uploaded to the session's HDFS."""
@@ -267,33 +337,20 @@ class PackedOnStore:
 
 
 @pytest.fixture(scope="session")
-def packed_on_store(session_root: Path, hdfs) -> Iterator[PackedOnStore]:
-    """The real command, as a deployment runs it once per version (one to two minutes: it reads and
-    compresses about 900 MB); its local copies (650 MB) are removed after the session."""
-    import os
+def packed_on_store(session_root: Path, hdfs, installed_site: InstalledSite) -> Iterator[PackedOnStore]:
+    """The installed package's own command, as a deployment runs it once per version (one to two minutes:
+    it reads and compresses about 900 MB); its local copies (650 MB) are removed after the session."""
     import shutil
-    import subprocess
-    import sys
 
     folder = session_root / "packs"
-    done = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "pipelinectl"),
-            "pack-env",
-            "--out",
-            hdfs.url("apps/stream-pipelines"),
-        ],
-        env={**os.environ, "PIPELINE_PACK_CACHE": str(folder)},
-        capture_output=True,
-        text=True,
+    done = run(
+        [installed_site.command("pipelinectl"), "pack-env", "--out", hdfs.url("apps/stream-pipelines")],
+        cwd=session_root,
+        env=installed_site.environment(PIPELINE_PACK_CACHE=str(folder)),
         timeout=900,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    said = dict(
-        line.strip().split(": ", 1)
-        for line in done.stdout.splitlines()
-        if line.startswith("  ") and ": " in line
-    )
+    config_lines = [line.strip() for line in done.stdout.splitlines() if line.startswith("  ")]
+    said = dict(line.split(": ", 1) for line in config_lines if ": " in line)
     yield PackedOnStore(said["python_environment"], said["spark_jars_archive"], folder)
     shutil.rmtree(folder, ignore_errors=True)
 
@@ -497,20 +554,37 @@ def start_dag_test(
     overrides: list[str],
     log: Path,
     secrets: dict[str, str] | None = None,
+    site: InstalledSite | None = None,
 ) -> subprocess.Popen:
-    """dag.test() of a real DAG from dags/, in its own process (as `airflow dags test` would); ``secrets``
-    are the variables the config reads them from."""
+    """dag.test() of a real DAG, in its own process (as `airflow dags test` would); ``secrets`` are the
+    variables the config reads them from. From the checkout's dags/, or with ``site`` from the DAG files
+    the installed `pipelinectl airflow-dags` writes, run by the installed Python with nothing of the
+    checkout's (the log's last line lists any module loaded from it)."""
+    environment = {**airflow_env, **pipeline_environment(overrides), **(secrets or {})}
+    python, cwd = sys.executable, None
+    if site is not None:
+        dags_folder = log.parent / "site-dags"
+        run([site.command("pipelinectl"), "airflow-dags", str(dags_folder)], env=site.environment())
+        outside = {key: value for key, value in environment.items() if key not in os.environ}
+        environment = {**site.environment(), **outside, "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder)}
+        environment.pop("PYTHONPATH", None)
+        python, cwd = site.command("python"), log.parent
+    from stream_pipelines.core.config import PROJECT_ROOT
+
     script = (
         "import sys\n"
         "from airflow.dag_processing.dagbag import DagBag\n"
-        f"dag = DagBag({airflow_env['AIRFLOW__CORE__DAGS_FOLDER']!r}).get_dag({dag_id!r})\n"
+        f"dag = DagBag({environment['AIRFLOW__CORE__DAGS_FOLDER']!r}).get_dag({dag_id!r})\n"
         "run = dag.test()\n"
         "print('DAG RUN STATE', run.state, flush=True)\n"
+        "files = [getattr(module, '__file__', None) or '' for module in list(sys.modules.values())]\n"
+        f"print('MODULES FROM THE CHECKOUT', [f for f in files if f.startswith({str(PROJECT_ROOT)!r})])\n"
     )
     handle = log.open("w")
     return subprocess.Popen(
-        [sys.executable, "-c", script],
-        env={**airflow_env, **pipeline_environment(overrides), **(secrets or {})},
+        [python, "-c", script],
+        env=environment,
+        cwd=cwd,
         stdout=handle,
         stderr=subprocess.STDOUT,
         start_new_session=True,

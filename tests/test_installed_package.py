@@ -6,9 +6,7 @@ airflow-dags` wrote. Nothing may come from the source tree."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -18,63 +16,27 @@ from stream_pipelines.core import shipped
 from stream_pipelines.core.config import PROJECT_ROOT
 from stream_pipelines.core.registry import APP_NAMES, APPS
 from stream_pipelines.launching import jvm
-from tests.conftest import Replay, committed_rows, files_source_overrides, make_overrides_config
+from tests.conftest import (
+    InstalledSite,
+    Replay,
+    committed_rows,
+    files_source_overrides,
+    make_overrides_config,
+    outside_environment,
+    run,
+)
 
 pytestmark = pytest.mark.slow
-UV = Path(sys.executable).parent / "uv"
-
-
-def run(command: list[str], **options) -> subprocess.CompletedProcess:
-    result = subprocess.run(command, capture_output=True, timeout=600, **{"text": True, **options})
-    assert result.returncode == 0, f"{command[:3]} exited {result.returncode}:\n{result.stderr[-3000:]!r}"
-    return result
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The new virtualenv's folder, with the wheel of the tracked files (git archive) installed."""
-    root = tmp_path_factory.mktemp("second-site")
-    source = root / "source"
-    source.mkdir()
-    archive = run(["git", "-C", str(PROJECT_ROOT), "archive", "--format=tar", "HEAD"], text=False)
-    subprocess.run(["tar", "-x", "-C", str(source)], input=archive.stdout, check=True)
-    run([str(UV), "build", "--wheel", "--out-dir", str(root / "dist"), str(source)])
-    [wheel] = (root / "dist").glob("stream_pipelines-*.whl")
-    site = root / "site"
-    run([str(UV), "venv", "--quiet", "--python", "python3.11", str(site)])
-    python = str(site / "bin" / "python")
-    constraints = str(PROJECT_ROOT / "requirements.lock")
-    run([str(UV), "pip", "install", "--quiet", "--python", python, str(wheel), "--constraint", constraints])
-    return site
-
-
-def outside_environment(**settings: str) -> dict[str, str]:
-    """This process's environment without what would point a command at the checkout or its venv."""
-    return {
-        **{
-            key: value
-            for key, value in os.environ.items()
-            if not key.startswith(("PYTHONPATH", "PIPELINE_", "VIRTUAL_ENV", "PYSPARK_", "SPARK_HOME"))
-        },
-        **settings,
-    }
+def installed(installed_site: InstalledSite) -> Path:
+    return installed_site.venv
 
 
 @pytest.fixture(scope="module")
-def conf_dir(installed: Path) -> Path:
-    """The deployment's conf dir, as the installed `pipelinectl init-conf` writes it (named conf, so the
-    starter's relative paths land beside it)."""
-    folder = installed.parent / "deployment" / "conf"
-    written = run(
-        [str(installed / "bin" / "pipelinectl"), "init-conf", str(folder)],
-        cwd=installed.parent,
-        env=outside_environment(),
-    )
-    assert f"PIPELINE_CONF_DIR={folder}" in written.stdout and "no such file" not in written.stdout
-    assert sorted(path.name for path in folder.iterdir()) == sorted(
-        path.name for path in (PROJECT_ROOT / "conf").iterdir()
-    )
-    return folder
+def conf_dir(installed_site: InstalledSite) -> Path:
+    return installed_site.conf_dir
 
 
 def modules_from_the_checkout(modules: list[str]) -> list[str]:

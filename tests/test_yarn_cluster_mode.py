@@ -1,6 +1,8 @@
 """The streaming apps' drivers in YARN (cluster mode) under real Airflow, on a real ResourceManager and
 NodeManager over HDFS (``devtools.yarn``), with real spark-submit runs of the app, over the broker's
-SASL_SSL listener with a client certificate whose key is encrypted as openssl 3 encrypts one.
+SASL_SSL listener with a client certificate whose key is encrypted as openssl 3 encrypts one. The
+supervisor runs from the installed wheel (``installed_site``: its DAG files, its conf dir, its
+spark-submit), and the containers on the Python and jars its `pipelinectl pack-env` put on HDFS.
 
 The driver loads its config in its container from the bundle it was shipped (``driver_bundle``): the
 secrets never show on a command line, in a container's environment or logs (its launch script
@@ -169,6 +171,7 @@ def test_a_driver_in_yarn_restarts_from_its_checkpoint_when_its_container_dies_o
     broker,
     secured_kafka,
     packed_on_store,
+    installed_site,
     make_overrides,
     airflow_env,
     tmp_path,
@@ -206,7 +209,9 @@ def test_a_driver_in_yarn_restarts_from_its_checkpoint_when_its_container_dies_o
     rm = ResourceManager(yarn.rm_url)
     log, adopter_log = tmp_path / "dag_test.log", tmp_path / "adopter.log"
     adopter = None
-    supervisor = start_dag_test(airflow_env, f"supervise_{APP}", overrides, log, secrets)
+    # The supervisor as a deployment runs it: the installed wheel, the DAG files its pipelinectl writes,
+    # the conf dir its init-conf wrote; nothing from this checkout.
+    supervisor = start_dag_test(airflow_env, f"supervise_{APP}", overrides, log, secrets, installed_site)
     try:
         with ApplicationSampler(rm) as sampler, ProcessWatch(never_shown, yarn.home / "nm-local") as watch:
             wait_for(lambda: last_committed(config) >= 1, 300, "the first committed batches in YARN")
@@ -236,7 +241,9 @@ def test_a_driver_in_yarn_restarts_from_its_checkpoint_when_its_container_dies_o
             # in YARN, and the next run adopts it instead of submitting.
             os.kill(supervisor.pid, signal.SIGKILL)
             supervisor.wait()
-            adopter = start_dag_test(airflow_env, f"supervise_{APP}", overrides, adopter_log, secrets)
+            adopter = start_dag_test(
+                airflow_env, f"supervise_{APP}", overrides, adopter_log, secrets, installed_site
+            )
             wait_for(
                 lambda: f"adopting {APP}: YARN application {third.id}" in adopter_log.read_text(),
                 240,
@@ -273,6 +280,9 @@ def test_a_driver_in_yarn_restarts_from_its_checkpoint_when_its_container_dies_o
     assert "the end of raw_archive's driver log" in first_output
     # The adopting run followed the application it found to its graceful end.
     assert "DAG RUN STATE success" in output, output[-4000:]
+    assert "MODULES FROM THE CHECKOUT []" in output, output[-2000:]
+    shipped_entry_point = f"{installed_site.venv}/lib/python3.11/site-packages/stream_pipelines/spark_apps/"
+    assert f"{shipped_entry_point}raw_archive.py" in first_output, "the installed package's entry point"
     assert "ended (deliberate stop)" in output and f"submitted {APP}" not in output
     assert status.state == "running" and third.id in status.detail and "tracking http" in status.detail
     # Never two applications of one app at once, sampled from the ResourceManager every second.
