@@ -67,16 +67,14 @@ def archive_count(spark, config) -> int:
         return -1
 
 
-class ApplicationSampler:
-    """Asks the ResourceManager every second how many applications of the app are not over."""
+class EverySecond:
+    """A look taken every second in a thread of its own, for as long as the ``with`` block lasts."""
 
-    def __init__(self, rm: ResourceManager) -> None:
-        self.rm, self.most, self.samples = rm, 0, 0
-        self.seen: set[str] = set()
+    def __init__(self) -> None:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> ApplicationSampler:
+    def __enter__(self):
         self._thread.start()
         return self
 
@@ -86,37 +84,42 @@ class ApplicationSampler:
 
     def _run(self) -> None:
         while not self._stop.wait(1.0):
-            running = [app for app in self.rm.applications(APP) if app.state == "RUNNING"]
-            self.most, self.samples = max(self.most, len(running)), self.samples + 1
-            self.seen.update(app.id for app in running)
+            self.look()
+
+    def look(self) -> None:
+        raise NotImplementedError
 
 
-class ProcessWatch:
+class ApplicationSampler(EverySecond):
+    """Asks the ResourceManager every second how many applications of the app are not over."""
+
+    def __init__(self, rm: ResourceManager) -> None:
+        super().__init__()
+        self.rm, self.most, self.samples = rm, 0, 0
+        self.seen: set[str] = set()
+
+    def look(self) -> None:
+        running = [app for app in self.rm.applications(APP) if app.state == "RUNNING"]
+        self.most, self.samples = max(self.most, len(running)), self.samples + 1
+        self.seen.update(app.id for app in running)
+
+
+class ProcessWatch(EverySecond):
     """Every second, every process's command line, and the environment of each process in a YARN
     container: the places a secret must never be seen in (``leaks``)."""
 
     def __init__(self, secrets: list[str], containers: Path) -> None:
+        super().__init__()
         self.secrets = [secret.encode() for secret in secrets]
         self.containers = str(containers.resolve()).encode()
         self.leaks: list[str] = []
         self.container_processes = 0
         self.pythons: set[str] = set()  # the executables of the containers' Python processes
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> ProcessWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def _run(self) -> None:
-        while not self._stop.wait(1.0):
-            for entry in Path("/proc").iterdir():
-                if entry.name.isdigit():
-                    self._look(entry)
+    def look(self) -> None:
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                self._look(entry)
 
     def _look(self, entry: Path) -> None:
         try:
@@ -313,6 +316,16 @@ def test_a_driver_in_yarn_restarts_from_its_checkpoint_when_its_container_dies_o
     }
     launch_scripts = [text for name, text in container_logs.items() if name.endswith("launch_container.sh")]
     assert any(b"PIPELINE_ENVIRONMENT_FILE" in text for text in launch_scripts)
+    # A driver's Python data sources start the Python its environment names: the packed one, too.
+    drivers = [
+        text
+        for name, text in container_logs.items()
+        if name.endswith("launch_container.sh")
+        and any(application.id in name for application in (first, second, third))
+        and b"PIPELINE_ENVIRONMENT_FILE" in text
+    ]
+    assert len(drivers) >= 3
+    assert all(b'export PYSPARK_PYTHON="./environment/bin/python"' in text for text in drivers)
     assert not leaked_into(container_logs, never_shown)
     events = store.location(None, event_log)
     event_logs = {name: store.read_bytes(events / name) for name in store.files_under(events)}

@@ -117,7 +117,11 @@ def get_spark(config: PipelineConfig, app_name: str, *, own_scratch: bool = Fals
     if scratch is not None:
         # It is the JVM's java.io.tmpdir too, which must exist before the JVM unpacks a native library.
         Path(scratch).mkdir(parents=True, exist_ok=True)
-    for key, value in spark_conf(config, app_name if own_scratch else None).items():
+    # A driver in its YARN container got every setting from its spark-submit; the launcher's paths (the
+    # JVM artifacts, its Python) are not on the node, so nothing is worked out again here.
+    in_container = "PYSPARK_GATEWAY_PORT" in os.environ and config.drivers_in_cluster
+    settings = {} if in_container else spark_conf(config, app_name if own_scratch else None)
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

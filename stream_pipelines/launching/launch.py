@@ -21,7 +21,7 @@ from stream_pipelines.core.config import PipelineConfig
 from stream_pipelines.core.exit_codes import ExitCode
 from stream_pipelines.core.registry import App
 from stream_pipelines.kafka.topics import REFUSALS, require_topics
-from stream_pipelines.launching.driver_bundle import DriverBundle
+from stream_pipelines.launching.driver_bundle import DriverBundle, DriverBundleError
 from stream_pipelines.launching.submit import TriggerMode, submission
 from stream_pipelines.launching.yarn_driver import new_launch_tag
 
@@ -84,13 +84,16 @@ def prepare(
 ) -> Launch:
     """The start checks, then the control store's bookkeeping of a start; raises ``StartRefused``."""
     start_checks(config, app, log)
+    tag = new_launch_tag() if config.on_yarn else None
+    try:
+        submit = submission(config, app.name, ["--trigger", trigger], overrides, app=app.name, launch_tag=tag)
+    except DriverBundleError as error:  # a conf dir too large to ship to a driver in YARN
+        raise StartRefused(ExitCode.BAD_CONFIG, str(error)) from None
     store = ControlStore(config)
     # A marker left from an earlier stop would end this run at once.
     if store.clear_stop(app.name):
         log(f"{app.name}: removed a stop marker left by an earlier stop")
     store.mark_starting(app.name)
-    tag = new_launch_tag() if config.on_yarn else None
-    submit = submission(config, app.name, ["--trigger", trigger], overrides, app=app.name, launch_tag=tag)
     return Launch(
         command=[*submit.command(), CHECKED],
         spark_conf=submit.conf,

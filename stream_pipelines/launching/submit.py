@@ -13,7 +13,7 @@ from typing import Literal
 
 from stream_pipelines.core.config import PipelineConfig
 from stream_pipelines.core.registry import App, entry_point
-from stream_pipelines.launching import driver_bundle, jvm
+from stream_pipelines.launching import driver_bundle, jvm, packed_env
 from stream_pipelines.launching.spark_conf import spark_conf
 
 # How a streaming app's queries are triggered (the driver's ``--trigger``): every trigger interval, or
@@ -132,6 +132,10 @@ def submit_environment(
     environment = dict(os.environ if base is None else base)
     if config is not None and config.on_yarn:
         environment.update(yarn_environment(config))
+    if config is not None and config.drivers_in_cluster and config.yarn.python_environment:
+        # spark-submit hands these on to the driver's container (spark.yarn.appMasterEnv.*), over the
+        # settings: there the packed Python is the only one.
+        environment["PYSPARK_PYTHON"] = environment["PYSPARK_DRIVER_PYTHON"] = packed_env.PACKED_PYTHON
     environment.setdefault("PYSPARK_PYTHON", sys.executable)
     environment.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # Local runs stay on loopback; without this Spark binds to the first interface it finds.

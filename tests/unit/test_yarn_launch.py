@@ -63,8 +63,11 @@ def test_the_packed_archives_are_urls_and_ship_with_every_application(tmp_path):
     assert conf["spark.pyspark.python"] == conf["spark.pyspark.driver.python"] == "./environment/bin/python"
     assert conf["spark.yarn.archive"] == "hdfs://nn:8020/apps/jars.zip" and "spark.yarn.jars" not in conf
     # pyspark.zip and py4j are uploaded with the application: a node has no launcher's paths.
-    archives = submit.submit_environment({}, packed)["PYSPARK_ARCHIVES_PATH"].split(",")
+    environment = submit.submit_environment({"PYSPARK_PYTHON": "/launcher/venv/bin/python"}, packed)
+    archives = environment["PYSPARK_ARCHIVES_PATH"].split(",")
     assert archives and not [path for path in archives if path.startswith("local:")]
+    # spark-submit hands its environment's Python on to the driver's container: the packed one.
+    assert environment["PYSPARK_PYTHON"] == environment["PYSPARK_DRIVER_PYTHON"] == "./environment/bin/python"
 
 
 def test_the_yarn_profile_loads_with_drivers_in_the_cluster_over_its_own_hdfs():
@@ -164,6 +167,16 @@ def test_a_driver_in_its_container_loads_the_launchers_config_from_its_bundle_al
 
     shipped.bundle.discard()
     assert not Path(archive).exists()
+
+
+def test_a_conf_dir_too_large_to_ship_is_refused_naming_it(tmp_path, monkeypatch):
+    conf_dir = tmp_path / "conf"
+    shutil.copytree(PROJECT_ROOT / "conf", conf_dir)
+    (conf_dir / "events.jsonl").write_bytes(b"x" * 1024)
+    monkeypatch.setattr(driver_bundle, "MAX_CONF_BYTES", 1000)
+    in_yarn = load_config("local", [*IN_YARN, f"paths.data_root={tmp_path}"], conf_dir=conf_dir, environ={})
+    with pytest.raises(driver_bundle.DriverBundleError, match=f"the conf dir {conf_dir} holds"):
+        submit.submission(in_yarn, "raw_archive", app="raw_archive")
 
 
 def test_a_bundle_left_by_a_launcher_that_died_is_removed_by_a_later_launch(tmp_path):
