@@ -46,6 +46,7 @@ from stream_pipelines.observability.watchdog import KafkaBacklog, Watchdog, Watc
 SUBMIT_ENVIRONMENT = (
     "PYSPARK_PYTHON",
     "PYSPARK_DRIVER_PYTHON",
+    "SPARK_HOME",
     "SPARK_LOCAL_IP",
     "PATH",
     "HADOOP_CONF_DIR",

@@ -5,6 +5,7 @@ following its application.
   class_archive           the driver JVM's class-data archive, mapped into every driver
   spark_conf              every Spark setting of a session or a spark-submit (no pyspark needed)
   submit                  the spark-submit line of an app or a job, and its environment
+  driver_bundle           what a driver in YARN loads its config from: conf dir, TLS files, variables
   yarn_driver             a driver in a YARN application: found, followed, stopped
   launch                  one start of an app for every launcher: checks, bookkeeping, the command
   class_archive_training  building the class-data archive (``make setup``)

@@ -136,12 +136,21 @@ def submit_environment(
         # spark-submit hands these on to the driver's container (spark.yarn.appMasterEnv.*), over the
         # settings: there the packed Python is the only one.
         environment["PYSPARK_PYTHON"] = environment["PYSPARK_DRIVER_PYTHON"] = packed_env.PACKED_PYTHON
+        # pip's spark-submit runs PYSPARK_DRIVER_PYTHON to find its Spark home, unless it is named.
+        environment.setdefault("SPARK_HOME", spark_home())
     environment.setdefault("PYSPARK_PYTHON", sys.executable)
     environment.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # Local runs stay on loopback; without this Spark binds to the first interface it finds.
     environment.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     environment["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{environment.get('PATH', '')}"
     return environment
+
+
+def spark_home() -> str:
+    """The Spark home of this install: pip's pyspark package folder."""
+    import pyspark  # deferred: only a launch needs it
+
+    return str(Path(pyspark.__file__).parent)
 
 
 def yarn_environment(config: PipelineConfig) -> dict[str, str]:

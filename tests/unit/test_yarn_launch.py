@@ -68,6 +68,8 @@ def test_the_packed_archives_are_urls_and_ship_with_every_application(tmp_path):
     assert archives and not [path for path in archives if path.startswith("local:")]
     # spark-submit hands its environment's Python on to the driver's container: the packed one.
     assert environment["PYSPARK_PYTHON"] == environment["PYSPARK_DRIVER_PYTHON"] == "./environment/bin/python"
+    # which is not this host's: pip's spark-submit is told its Spark home instead of asking that Python.
+    assert (Path(environment["SPARK_HOME"]) / "bin" / "spark-class").is_file()
 
 
 def test_the_yarn_profile_loads_with_drivers_in_the_cluster_over_its_own_hdfs():
