@@ -53,7 +53,7 @@ from stream_pipelines.core.registry import APP_NAMES, App
 from stream_pipelines.core.registry import app as declared_app
 from stream_pipelines.kafka.clients import KafkaAccessRefused
 from stream_pipelines.kafka.topics import ensure_topics
-from stream_pipelines.launching import elf, jvm, yarn_driver
+from stream_pipelines.launching import elf, jvm, packed_env, yarn_driver
 from stream_pipelines.launching.launch import StartRefused, prepare
 from stream_pipelines.launching.submit import (
     compact_submit_command,
@@ -295,8 +295,6 @@ def _setup_web_assets(config: PipelineConfig, args: argparse.Namespace) -> int:
 
 
 def _pack_env(config: PipelineConfig, args: argparse.Namespace) -> int:
-    from stream_pipelines.launching import packed_env  # deferred: only this command packs
-
     def say(line: str) -> None:
         # Progress to stderr: stdout holds what a script reads, the archives and the settings.
         print(f"pack-env: {line}", file=sys.stderr, flush=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -14,10 +15,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stream_pipelines.core.config import DEFAULT_CONF_DIR, PipelineConfig, load_config, override_variables
+from stream_pipelines.core.config import (
+    DEFAULT_CONF_DIR,
+    PROJECT_ROOT,
+    PipelineConfig,
+    load_config,
+    override_variables,
+)
 from stream_pipelines.core.registry import app as declared_app
 from stream_pipelines.devtools.processes import free_port
 from stream_pipelines.devtools.tls import KEY_PASSWORD, Identity, LoopbackPki, make_test_pki
+from stream_pipelines.launching import jvm
 
 
 @pytest.fixture(scope="session")
@@ -285,8 +293,6 @@ class InstalledSite:
 
     def environment(self, **settings: str) -> dict[str, str]:
         """Nothing of the checkout's: its conf dir, and the JVM artifacts `make setup` resolved (jars)."""
-        from stream_pipelines.launching import jvm
-
         return outside_environment(
             PIPELINE_CONF_DIR=str(self.conf_dir), **{jvm.CACHE_VARIABLE: str(jvm.cache_root())}, **settings
         )
@@ -295,8 +301,6 @@ class InstalledSite:
 @pytest.fixture(scope="session")
 def installed_site(tmp_path_factory: pytest.TempPathFactory) -> InstalledSite:
     """Built once per session (about a minute): the installed-package tests and the YARN test use it."""
-    from stream_pipelines.core.config import PROJECT_ROOT
-
     uv = str(Path(sys.executable).parent / "uv")
     root = tmp_path_factory.mktemp("second-site")
     source = root / "source"
@@ -340,8 +344,6 @@ class PackedOnStore:
 def packed_on_store(session_root: Path, hdfs, installed_site: InstalledSite) -> Iterator[PackedOnStore]:
     """The installed package's own command, as a deployment runs it once per version (one to two minutes:
     it reads and compresses about 900 MB); its local copies (650 MB) are removed after the session."""
-    import shutil
-
     folder = session_root / "packs"
     done = run(
         [installed_site.command("pipelinectl"), "pack-env", "--out", hdfs.url("apps/stream-pipelines")],
@@ -523,9 +525,6 @@ def batch_watermarks(checkpoint: Path) -> dict[int, int]:
 @pytest.fixture(scope="session")
 def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """A real Airflow home (SQLite, migrated once per session) for DagBag and dag.test() runs."""
-    import os
-
-    from stream_pipelines.core.config import PROJECT_ROOT
     from stream_pipelines.devtools.stack import migrate_airflow_db
 
     home = tmp_path_factory.mktemp("airflow-home")
@@ -569,8 +568,6 @@ def start_dag_test(
         environment = {**site.environment(), **outside, "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder)}
         environment.pop("PYTHONPATH", None)
         python, cwd = site.command("python"), log.parent
-    from stream_pipelines.core.config import PROJECT_ROOT
-
     script = (
         "import sys\n"
         "from airflow.dag_processing.dagbag import DagBag\n"

@@ -51,6 +51,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
+import getpass
 import json
 import os
 import shutil
@@ -88,6 +89,11 @@ HDFS_LOCK_STALE_S = 30.0
 
 class StoreError(RuntimeError):
     """A location the file layer cannot serve; the message names it and what to use instead."""
+
+
+def hadoop_user() -> str:
+    """The user Spark's Hadoop client acts as (``HADOOP_USER_NAME``, else the OS user); the file layer too."""
+    return os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
 
 
 def scheme(url: str) -> str:
@@ -522,16 +528,21 @@ def copy_tree(source: Path, target: Path) -> None:
 
 
 def _hdfs_copy_file(source: Path, target: Path) -> None:
-    """One file, streamed to a temporary file beside the target and renamed over it (never half there).
-    hdfs-native's own copy names its temporary file relative to the user's home folder."""
+    """One file within HDFS. hdfs-native's own copy names its temporary file relative to the user's home
+    folder."""
+    with source.fs.client.read(source.path) as reader:
+        _hdfs_write_whole(reader, target)
+
+
+def _hdfs_write_whole(reader: Any, target: Path) -> None:
+    """``reader``'s bytes streamed to a temporary file beside ``target`` and renamed over it: never half
+    there under its name."""
     from hdfs_native import WriteOptions
 
     temporary = _temporary(target)
     try:
-        with (
-            source.fs.client.read(source.path) as reader,
-            target.fs.client.create(temporary.path, WriteOptions(overwrite=False, create_parent=True)) as out,
-        ):
+        options = WriteOptions(overwrite=False, create_parent=True)
+        with target.fs.client.create(temporary.path, options) as out:
             shutil.copyfileobj(reader, out, 8 * 2**20)
         _hdfs_rename(temporary, target, overwrite=True)
     finally:
@@ -545,29 +556,17 @@ def upload_file(source: Path, target: Path) -> None:
     visible. A reader never finds half an archive under its final name."""
     if on_object_store(target):
         target.fs.put_file(str(source), target.path)
-        return
-    temporary = _temporary(target)
-    try:
-        if on_hdfs(target):
-            from hdfs_native import WriteOptions
-
-            with (
-                source.open("rb") as reader,
-                target.fs.client.create(
-                    temporary.path, WriteOptions(overwrite=False, create_parent=True)
-                ) as out,
-            ):
-                shutil.copyfileobj(reader, out, 8 * 2**20)
-            _hdfs_rename(temporary, target, overwrite=True)
-        else:
-            target.parent.mkdir(parents=True, exist_ok=True)
+    elif on_hdfs(target):
+        with source.open("rb") as reader:
+            _hdfs_write_whole(reader, target)
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temporary = _temporary(target)
+        try:
             shutil.copyfile(source, temporary)
             os.replace(temporary, target)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            if on_hdfs(temporary):
-                temporary.fs.client.delete(temporary.path, False)
-            else:
+        finally:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(temporary)
 
 

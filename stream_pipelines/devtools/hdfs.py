@@ -19,7 +19,6 @@ user HDFS's superuser; ``/`` is made world-writable (sticky, 1777) so other user
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import os
 import random
@@ -73,16 +72,11 @@ class HdfsError(RuntimeError):
     """HDFS could not be started or did not come up; the message says why and where the logs are."""
 
 
-def hadoop_user() -> str:
-    """The user Spark's Hadoop client acts as (``HADOOP_USER_NAME``, else the OS user); the file layer too."""
-    return os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
-
-
 @dataclass
 class LocalHdfs(LocalDaemons):
     """A NameNode and a DataNode on loopback; ``start`` returns once HDFS takes writes (out of safe mode)."""
 
-    user: str = field(default_factory=hadoop_user)
+    user: str = field(default_factory=store.hadoop_user)
     host: str = HOST
     ports: dict[str, int] = field(default_factory=dict)
     failure = HdfsError
@@ -216,7 +210,7 @@ class LocalHdfs(LocalDaemons):
         state = cls.saved_state(Path(home))
         if not state:
             return None
-        return cls(home=Path(home), user=state.get("user") or hadoop_user())
+        return cls(home=Path(home), user=state.get("user") or store.hadoop_user())
 
     # ------------------------------------------------------------------ internals
 

@@ -37,11 +37,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stream_pipelines.core import store
 from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig
 from stream_pipelines.core.resource_manager import unwrap
 from stream_pipelines.devtools import hdfs
 from stream_pipelines.devtools.daemons import LocalDaemons
-from stream_pipelines.devtools.hdfs import HOST, LocalHdfs, _site, hadoop_user, kept_ports
+from stream_pipelines.devtools.hdfs import HOST, LocalHdfs, _site, kept_ports
 from stream_pipelines.launching import jvm
 
 RESOURCEMANAGER_CLASS = "org.apache.hadoop.yarn.server.resourcemanager.ResourceManager"
@@ -109,7 +110,7 @@ class LocalYarn(LocalDaemons):
     memory_mb: int = 12288
     vcores: int = 8
     log_retain_s: int = 3 * 3600
-    user: str = field(default_factory=hadoop_user)
+    user: str = field(default_factory=store.hadoop_user)
     hdfs: LocalHdfs | None = None
     failure = YarnError
     state_file = STATE_FILE
@@ -268,7 +269,7 @@ class LocalYarn(LocalDaemons):
         if not state:
             return None
         hdfs = LocalHdfs.attach(Path(home) / "hdfs")
-        return cls(home=Path(home), user=state.get("user") or hadoop_user(), hdfs=hdfs)
+        return cls(home=Path(home), user=state.get("user") or store.hadoop_user(), hdfs=hdfs)
 
     # ------------------------------------------------------------------ internals
 

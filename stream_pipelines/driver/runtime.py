@@ -108,7 +108,8 @@ def get_spark(config: PipelineConfig, app_name: str, *, own_scratch: bool = Fals
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
-    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+    under_spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ
+    if not under_spark_submit:
         # A session opened in a process of ours, not under spark-submit (the nightly quality gates, the
         # demo's summary): on a config whose drivers run in YARN it runs here, on local cores, reading
         # the same stores, rather than as a client-mode YARN application of the launcher's host.
@@ -119,7 +120,7 @@ def get_spark(config: PipelineConfig, app_name: str, *, own_scratch: bool = Fals
         Path(scratch).mkdir(parents=True, exist_ok=True)
     # A driver in its YARN container got every setting from its spark-submit; the launcher's paths (the
     # JVM artifacts, its Python) are not on the node, so nothing is worked out again here.
-    in_container = "PYSPARK_GATEWAY_PORT" in os.environ and config.drivers_in_cluster
+    in_container = under_spark_submit and config.drivers_in_cluster
     settings = {} if in_container else spark_conf(config, app_name if own_scratch else None)
     for key, value in settings.items():
         builder = builder.config(key, value)

@@ -34,10 +34,8 @@ def stamp_path() -> Path:
 def archive_digest() -> str:
     """What the archive is valid for: the Java build and every jar on Spark's class path (name, size
     and modification time, which the JVM itself checks before it maps an archive)."""
-    import pyspark  # deferred: only setup asks
-
     digest = hashlib.sha256(java_build().encode())
-    for jar in sorted((Path(pyspark.__file__).parent / "jars").glob("*.jar")):
+    for jar in sorted((jvm.spark_home() / "jars").glob("*.jar")):
         status = jar.stat()
         digest.update(f"{jar.name}:{status.st_size}:{int(status.st_mtime)}\n".encode())
     return digest.hexdigest()

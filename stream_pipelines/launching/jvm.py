@@ -81,10 +81,15 @@ def check_java() -> int:
     return major
 
 
-def _ivy_jar() -> Path:
-    import pyspark  # deferred: only setup needs to know where pyspark lives
+def spark_home() -> Path:
+    """The Spark home of this install: pip's pyspark package folder (its jars/, bin/, python/lib/)."""
+    import pyspark  # deferred: only a launch or setup needs to know where pyspark lives
 
-    jars = sorted((Path(pyspark.__file__).parent / "jars").glob("ivy-*.jar"))
+    return Path(pyspark.__file__).parent
+
+
+def _ivy_jar() -> Path:
+    jars = sorted((spark_home() / "jars").glob("ivy-*.jar"))
     if not jars:
         raise JvmSetupError("pyspark's bundled Ivy jar was not found; is pyspark installed in this venv?")
     return jars[-1]
@@ -185,9 +190,7 @@ HDFS_SERVER_PYSPARK_JARS = (
 def hdfs_server_classpath(conf_dir: Path) -> str:
     """The classpath of a NameNode or DataNode: its config folder first, the hdfs-server bundle, then
     the Hadoop client and logging jars pyspark ships (not on Spark's classpath twice: separate JVMs)."""
-    import pyspark  # deferred: only the HDFS launcher needs it
-
-    spark_jars = Path(pyspark.__file__).parent / "jars"
+    spark_jars = spark_home() / "jars"
     shipped = [spark_jars / name for name in HDFS_SERVER_PYSPARK_JARS]
     missing = [str(jar) for jar in shipped if not jar.is_file()]
     if missing:

@@ -44,11 +44,11 @@ from dataclasses import dataclass, field
 from importlib.metadata import Distribution, distributions
 from pathlib import Path, PurePosixPath
 
+from stream_pipelines.core.shipped import DISTRIBUTION
 from stream_pipelines.launching import elf
 
 Say = Callable[[str], None]
 
-PROJECT_DISTRIBUTION = "stream-pipelines"
 # The name Spark gives the unpacked environment in each container (``spark.archives=<url>#environment``).
 ENVIRONMENT_LINK = "environment"
 PACKED_PYTHON = f"./{ENVIRONMENT_LINK}/bin/python"
@@ -267,7 +267,7 @@ def build_environment_archive(
             {*project_roots(environment), *imported_distributions(environment, DRIVER_MODULES)}
         )
         chosen = distribution_closure(environment, root_names)
-        chosen.update(distribution_closure(environment, [PROJECT_DISTRIBUTION], follow=False))
+        chosen.update(distribution_closure(environment, [DISTRIBUTION], follow=False))
     else:
         root_names = list(roots)
         chosen = distribution_closure(environment, root_names)
@@ -293,9 +293,9 @@ def project_roots(environment: Environment) -> list[str]:
         _normalized(dist.metadata["Name"]): dist
         for dist in distributions(path=[str(environment.site_packages)])
     }
-    project = found.get(_normalized(PROJECT_DISTRIBUTION))
+    project = found.get(_normalized(DISTRIBUTION))
     if project is None:
-        raise PackError(f"{PROJECT_DISTRIBUTION} is not installed in {environment.python}'s environment")
+        raise PackError(f"{DISTRIBUTION} is not installed in {environment.python}'s environment")
     left_out = {_normalized(name) for name in LEFT_OUT}
     requirements = [Requirement(text) for text in project.requires or []]
     return [str(r) for r in requirements if _normalized(r.name) not in left_out]
@@ -315,9 +315,7 @@ def imported_distributions(environment: Environment, modules: Iterable[str]) -> 
     except (OSError, subprocess.SubprocessError) as error:
         detail = getattr(error, "stderr", "") or error
         raise PackError(f"importing a driver's modules in {environment.python} failed: {detail}") from None
-    found = [
-        name for name in json.loads(answer.stdout) if _normalized(name) != _normalized(PROJECT_DISTRIBUTION)
-    ]
+    found = [name for name in json.loads(answer.stdout) if _normalized(name) != _normalized(DISTRIBUTION)]
     left_out = sorted(name for name in found if _normalized(name) in {_normalized(n) for n in LEFT_OUT})
     if left_out:
         raise PackError(f"a driver imports {left_out}, which the pack leaves out (packed_env.LEFT_OUT)")
@@ -650,8 +648,8 @@ def _installed_version(environment: Environment, name: str) -> str:
 
 
 def _label(environment: Environment, chosen: dict[str, Distribution]) -> str:
-    if _normalized(PROJECT_DISTRIBUTION) in chosen:
-        return f"{PROJECT_DISTRIBUTION}-{_installed_version(environment, PROJECT_DISTRIBUTION)}"
+    if _normalized(DISTRIBUTION) in chosen:
+        return f"{DISTRIBUTION}-{_installed_version(environment, DISTRIBUTION)}"
     return "python-env"
 
 

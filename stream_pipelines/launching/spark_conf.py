@@ -8,7 +8,6 @@ builds a driver's command line without it.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from stream_pipelines.checkpoint.format import STATE_STORE_PROVIDERS
 from stream_pipelines.core import store
@@ -83,8 +82,6 @@ def yarn_conf(config: PipelineConfig, name: str, *, streaming: bool) -> dict[str
     - Python and Spark's jars from ``yarn.python_environment`` and ``yarn.spark_jars_archive``
       (``pipelinectl pack-env``), else from this install, which every node then needs at the same path.
     """
-    import pyspark  # deferred: only a YARN launch needs to know where pyspark lives
-
     conf = {
         "spark.yarn.tags": tags_of(name),
         "spark.yarn.maxAppAttempts": "1",
@@ -98,7 +95,7 @@ def yarn_conf(config: PipelineConfig, name: str, *, streaming: bool) -> dict[str
             yarn.python_environment, yarn.spark_jars_archive, drivers_in_cluster=config.drivers_in_cluster
         )
     )
-    jars = Path(pyspark.__file__).parent / "jars"
+    jars = jvm.spark_home() / "jars"
     # Not in a driver in YARN, whose pyspark comes from pyspark.zip (no jars there): it keeps the
     # value its spark-submit was given.
     if jars.is_dir() and not {"spark.yarn.jars", "spark.yarn.archive"} & {*config.spark.extra_conf, *conf}:

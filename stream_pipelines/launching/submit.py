@@ -137,7 +137,7 @@ def submit_environment(
         # settings: there the packed Python is the only one.
         environment["PYSPARK_PYTHON"] = environment["PYSPARK_DRIVER_PYTHON"] = packed_env.PACKED_PYTHON
         # pip's spark-submit runs PYSPARK_DRIVER_PYTHON to find its Spark home, unless it is named.
-        environment.setdefault("SPARK_HOME", spark_home())
+        environment.setdefault("SPARK_HOME", str(jvm.spark_home()))
     environment.setdefault("PYSPARK_PYTHON", sys.executable)
     environment.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # Local runs stay on loopback; without this Spark binds to the first interface it finds.
@@ -146,19 +146,10 @@ def submit_environment(
     return environment
 
 
-def spark_home() -> str:
-    """The Spark home of this install: pip's pyspark package folder."""
-    import pyspark  # deferred: only a launch needs it
-
-    return str(Path(pyspark.__file__).parent)
-
-
 def yarn_environment(config: PipelineConfig) -> dict[str, str]:
     """``HADOOP_CONF_DIR`` (the ResourceManager's address), ``JAVA_HOME`` (the containers' Java, when the
     launcher knows it) and ``PYSPARK_ARCHIVES_PATH`` (PySpark for the containers' Python path: a pip
     install has no ``$SPARK_HOME/python/lib`` where spark-submit would look)."""
-    import pyspark  # deferred: only a YARN launch needs it
-
     environment: dict[str, str] = {}
     conf_dir = config.hadoop_conf_dir()
     if conf_dir:
@@ -166,7 +157,7 @@ def yarn_environment(config: PipelineConfig) -> dict[str, str]:
     environment["JAVA_HOME"] = os.environ.get("JAVA_HOME") or str(
         Path(os.path.realpath(jvm.java_executable())).parent.parent
     )
-    lib = Path(pyspark.__file__).parent / "python" / "lib"
+    lib = jvm.spark_home() / "python" / "lib"
     archives = sorted(lib.glob("py4j-*-src.zip"))
     # ``local:`` says every node has the file at this path; with a packed environment a node has only
     # a JVM, so spark-submit uploads them with the application (4 MB).

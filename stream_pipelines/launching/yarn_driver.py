@@ -10,8 +10,6 @@ knows which of the app's applications is the one it submitted.
 from __future__ import annotations
 
 import dataclasses
-import getpass
-import os
 import re
 import time
 import uuid
@@ -163,8 +161,7 @@ def staging_folder(config: PipelineConfig, application_id: str) -> str | None:
         default_fs = extra.get(store.DEFAULT_FS) or _hadoop_default_fs(config.hadoop_conf_dir())
         if not default_fs:
             return None
-        user = os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
-        root = f"{default_fs.rstrip('/')}/user/{user}"
+        root = f"{default_fs.rstrip('/')}/user/{store.hadoop_user()}"
     return f"{root.rstrip('/')}/.sparkStaging/{application_id}"
 
 

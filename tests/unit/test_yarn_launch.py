@@ -21,6 +21,7 @@ from stream_pipelines.core.resource_manager import (
     tags_of,
     unwrap,
 )
+from stream_pipelines.devtools.tls import make_test_pki
 from stream_pipelines.launching import driver_bundle, submit, yarn_driver
 from stream_pipelines.launching.spark_conf import spark_conf
 
@@ -103,8 +104,6 @@ def test_a_batch_job_in_yarn_waits_for_its_end_and_a_cluster_archive_is_kept(tmp
 def test_a_driver_in_its_container_loads_the_launchers_config_from_its_bundle_alone(tmp_path, monkeypatch):
     """Secrets, overrides (environment and --set), the conf dir and the TLS files travel in the bundle; the
     command line and Spark's settings carry only the names of its files."""
-    from stream_pipelines.devtools.tls import make_test_pki
-
     pki = make_test_pki(tmp_path / "tls")
     client = pki.client  # a key encrypted as openssl 3 encrypts one by default
     conf_dir = tmp_path / "site-conf"
