@@ -301,13 +301,15 @@ def _pack_env(config: PipelineConfig, args: argparse.Namespace) -> int:
 
     destination = str(args.out)
     # Built on this disk (into the named folder, or a cache for a store), then uploaded once per name.
-    local = (
-        Path(destination) if store.is_local(destination) else shipped.cache_dir(PACK_CACHE, "environments")
-    )
+    remote = not store.is_local(destination)
+    local = shipped.cache_dir(PACK_CACHE, "environments") if remote else Path(destination)
     try:
         environment = packed_env.build_environment_archive(local, say=say)
         jars = packed_env.build_jars_archive(local, say=say)
         urls = [_published(config, archive.path, destination, say) for archive in (environment, jars)]
+        if remote:  # the local copies are a cache: the previous version's go
+            for path in packed_env.remove_superseded(local, [environment.path, jars.path]):
+                say(f"removed {path.name} from the build cache {local}")
     except (packed_env.PackError, elf.ElfError) as error:
         raise UserFacingError(str(error)) from None
     except OSError as error:

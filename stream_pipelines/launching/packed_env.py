@@ -52,6 +52,9 @@ Say = Callable[[str], None]
 # The name Spark gives the unpacked environment in each container (``spark.archives=<url>#environment``).
 ENVIRONMENT_LINK = "environment"
 PACKED_PYTHON = f"./{ENVIRONMENT_LINK}/bin/python"
+# How the archives this module writes are named (``<label>-<digest>``): the environment's label starts with
+# the distribution's name (or python-env), the jars' with spark-jars.
+ARCHIVE_PREFIXES = (f"{DISTRIBUTION}-", "python-env-", "spark-jars-")
 
 # Declared requirements that no driver imports; measured by importing DRIVER_MODULES: no ``airflow``
 # module is loaded (a pack fails should one ever be). Their requirements stay where something kept
@@ -469,6 +472,19 @@ def spark_settings(
         settings["spark.yarn.appMasterEnv.PYSPARK_PYTHON"] = PACKED_PYTHON
         settings["spark.yarn.appMasterEnv.PYTHONNOUSERSITE"] = "1"
     return settings
+
+
+def remove_superseded(folder: Path, current: Iterable[Path]) -> list[Path]:
+    """Remove the archives an earlier pack left in ``folder`` (a build cache for a store: each version is
+    about 650 MB), keeping ``current``; the paths removed."""
+    kept = {path.name for path in current}
+    removed = []
+    for path in sorted(folder.glob("*")):
+        ours = path.name.endswith((".tar.gz", ".zip")) and path.name.startswith(ARCHIVE_PREFIXES)
+        if ours and path.is_file() and path.name not in kept:
+            path.unlink()
+            removed.append(path)
+    return removed
 
 
 # --------------------------------------------------------------------------- helpers

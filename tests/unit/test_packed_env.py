@@ -231,3 +231,19 @@ def test_the_settings_ship_the_environment_and_the_jars():
         "spark.pyspark.driver.python" not in client
         and client["spark.pyspark.python"] == "./environment/bin/python"
     )
+
+
+def test_a_build_cache_keeps_only_the_current_archives(tmp_path: Path):
+    names = [
+        "stream-pipelines-0.1.0-cp311-aaaa.tar.gz",
+        "stream-pipelines-0.1.0-cp311-bbbb.tar.gz",
+        "spark-jars-4.1.3-aaaa.zip",
+        "spark-jars-4.1.3-bbbb.zip",
+        "notes.zip",
+    ]
+    for name in names:
+        (tmp_path / name).write_bytes(b"x")
+    current = [tmp_path / names[1], tmp_path / names[3]]
+    removed = packed_env.remove_superseded(tmp_path, current)
+    assert [path.name for path in removed] == [names[2], names[0]]
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted([names[1], names[3], "notes.zip"])
