@@ -27,10 +27,11 @@ chaos: setup  ## fault injection on a private stack: 20 random faults, then exac
 test-deps:  ## servers the tests start that come from Debian: prometheus and promtool
 	@infra/scripts/install_test_servers.sh
 
-test: setup test-deps  ## the whole test suite (real broker, real Spark, real Prometheus)
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+TEST_WORKERS ?= 2
+test: setup test-deps  ## the whole test suite (real broker, real Spark, real Prometheus) on TEST_WORKERS=2 workers
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
-test-fast: setup  ## the unit tier only: no JVM, no broker, no Airflow (about a minute)
+test-fast: setup  ## the unit tier only: no JVM, no broker, no Airflow (about three minutes)
 	$(BIN)/python -m pytest -q tests/unit $(PYTEST_ARGS)
 
 lint: setup  ## ruff over everything

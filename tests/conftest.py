@@ -27,6 +27,51 @@ from stream_pipelines.devtools.processes import free_port
 from stream_pipelines.devtools.tls import KEY_PASSWORD, Identity, LoopbackPki, make_test_pki
 from stream_pipelines.launching import jvm
 
+# `make test` runs the suite on two pytest-xdist workers (`--dist loadgroup`): the machine has two cores
+# and one worker keeps them about half busy, since most of an end-to-end test is spent waiting for a
+# JVM, a trigger or a scheduler. Each worker starts its own session servers (broker, Spark, S3, HDFS,
+# YARN, Airflow's home) on its own ports and folders.
+#
+# A module runs whole on one worker, so its module-scoped stack is built once. The tests that run the
+# installed wheel share one worker, so the wheel and its packed environment are built once a session,
+# and so does the nightly job in YARN: the YARN test finds no driver bundle left in the temp folder
+# after its launches, which a bundle of another worker's launch would blur.
+SAME_WORKER_AS = {
+    "tests/test_packed_environment.py": "installed-site",
+    "tests/test_installed_package.py": "installed-site",
+    "tests/test_yarn_cluster_mode.py": "installed-site",
+    "tests/test_reconcile.py": "installed-site",
+}
+# The longest modules start first, so that neither worker is left with one at the end (measured:
+# docs/development.md#where-ci-time-goes). This orders the run; it never selects or skips a test.
+LONGEST_FIRST = (
+    "tests/test_day_lifecycle.py",
+    "tests/test_reconcile.py",
+    "tests/test_yarn_cluster_mode.py",
+    "tests/test_hdfs_store.py",
+    "tests/test_chaos_smoke.py",
+    "tests/test_object_store.py",
+    "tests/test_crash_equivalence.py",
+    "tests/test_storage_outage.py",
+    "tests/test_secured_kafka.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    def module_of(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+
+    def group_of(item: pytest.Item) -> str:
+        module = module_of(item)
+        return SAME_WORKER_AS.get(module, module)
+
+    first = {}
+    for n, module in enumerate(LONGEST_FIRST):
+        first.setdefault(SAME_WORKER_AS.get(module, module), n)
+    items.sort(key=lambda item: first.get(group_of(item), len(first)))  # stable: the rest keep their order
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(group_of(item)))
+
 
 @pytest.fixture(scope="session")
 def broker_ports() -> tuple[int, int]:
