@@ -27,10 +27,10 @@ from stream_pipelines.devtools.processes import free_port
 from stream_pipelines.devtools.tls import KEY_PASSWORD, Identity, LoopbackPki, make_test_pki
 from stream_pipelines.launching import jvm
 
-# `make test` runs the suite on two pytest-xdist workers (`--dist loadgroup`): the machine has two cores
-# and one worker keeps them about half busy, since most of an end-to-end test is spent waiting for a
-# JVM, a trigger or a scheduler. Each worker starts its own session servers (broker, Spark, S3, HDFS,
-# YARN, Airflow's home) on its own ports and folders.
+# `make test` runs the suite on two pytest-xdist workers (`--dist loadgroup`): in one process it keeps
+# one of the two cores busy on average, since a test alternates between busy moments (a JVM starting,
+# a batch) and waits (a trigger, a scheduler). Each worker starts its own session servers (broker,
+# Spark, S3, HDFS, YARN, Airflow's home) on its own ports and folders.
 #
 # A module runs whole on one worker, so its module-scoped stack is built once. The tests that run the
 # installed wheel share one worker, so the wheel and its packed environment are built once a session,
@@ -58,19 +58,17 @@ LONGEST_FIRST = (
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    def module_of(item: pytest.Item) -> str:
-        return item.nodeid.split("::")[0]
-
-    def group_of(item: pytest.Item) -> str:
-        module = module_of(item)
+    def group_of(module: str) -> str:
         return SAME_WORKER_AS.get(module, module)
 
-    first = {}
+    first: dict[str, int] = {}
     for n, module in enumerate(LONGEST_FIRST):
-        first.setdefault(SAME_WORKER_AS.get(module, module), n)
-    items.sort(key=lambda item: first.get(group_of(item), len(first)))  # stable: the rest keep their order
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(group_of(item)))
+        first.setdefault(group_of(module), n)
+    groups = {item: group_of(item.nodeid.split("::")[0]) for item in items}
+    items.sort(key=lambda item: first.get(groups[item], len(first)))  # stable: the rest keep their order
+    if config.pluginmanager.hasplugin("xdist"):  # its marker exists only with it
+        for item in items:
+            item.add_marker(pytest.mark.xdist_group(groups[item]))
 
 
 @pytest.fixture(scope="session")
