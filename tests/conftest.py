@@ -48,15 +48,18 @@ LONGEST_FIRST = (
     "tests/test_day_lifecycle.py",
     "tests/test_reconcile.py",
     "tests/test_yarn_cluster_mode.py",
-    "tests/test_hdfs_store.py",
-    "tests/test_chaos_smoke.py",
     "tests/test_object_store.py",
+    "tests/test_chaos_smoke.py",
     "tests/test_crash_equivalence.py",
     "tests/test_storage_outage.py",
+    "tests/test_hdfs_store.py",
     "tests/test_secured_kafka.py",
 )
 
 
+# Before xdist's own hook, which reads the group marker to give each test its group: run after it, the
+# marker is unseen and every test is sent on its own (a module's fixtures then start on both workers).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     def group_of(module: str) -> str:
         return SAME_WORKER_AS.get(module, module)

@@ -21,7 +21,8 @@ import pytest
 from stream_pipelines.devtools.chaos import fault_classes
 from tests.chaos_run import run_chaos
 
-pytestmark = [pytest.mark.broker, pytest.mark.slow]
+# One limit for every test: whichever runs first starts the module's chaos stack and pays for it.
+pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.timeout(2700)]
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +38,6 @@ def faults_by_class(report: dict) -> dict[str, dict]:
     return {fault["fault"]: fault for fault in report["faults"]}
 
 
-@pytest.mark.timeout(2700)
 def test_each_fault_class_once_loses_and_duplicates_nothing(smoke):
     report, output = smoke
     tail = output[-6000:]
@@ -60,7 +60,6 @@ def test_each_fault_class_once_loses_and_duplicates_nothing(smoke):
     assert report["problems"] == [], tail
 
 
-@pytest.mark.timeout(60)
 def test_a_killed_task_runner_is_retried_and_adopts_the_orphaned_driver(smoke):
     report, _ = smoke
     runner = faults_by_class(report)["runner-kill"]
@@ -79,7 +78,6 @@ def test_a_killed_task_runner_is_retried_and_adopts_the_orphaned_driver(smoke):
     assert runner["restarts"] == 0, "an adoption is not a crash"
 
 
-@pytest.mark.timeout(60)
 def test_a_frozen_driver_is_found_by_its_silent_jvm_and_killed_without_a_drain(smoke):
     report, _ = smoke
     freeze = faults_by_class(report)["driver-freeze"]
@@ -104,7 +102,6 @@ def test_a_frozen_driver_is_found_by_its_silent_jvm_and_killed_without_a_drain(s
     print(f"\ndriver-freeze: SIGSTOP to the next committed batch {freeze['next_batch_s']}s")
 
 
-@pytest.mark.timeout(60)
 def test_a_failed_query_is_restarted_inside_its_driver_and_the_task_log_says_so(smoke):
     report, _ = smoke
     failure = faults_by_class(report)["query-failure"]

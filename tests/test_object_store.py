@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -27,7 +28,8 @@ from stream_pipelines.core.registry import app as declared_app
 from stream_pipelines.devtools import generator
 from stream_pipelines.driver.batch_log import load_batches
 from stream_pipelines.kafka.topics import ensure_topics
-from stream_pipelines.tables import maintenance
+from stream_pipelines.launching.submit import compact_submit_command, submit_environment
+from stream_pipelines.tables import compacted_days, maintenance
 from tests.conftest import (
     committed_rows,
     make_overrides_config,
@@ -36,6 +38,7 @@ from tests.conftest import (
     run_then_reconcile,
     wait_for,
 )
+from tests.test_reconcile import VERDICT_SECTIONS
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
@@ -135,9 +138,10 @@ def test_the_raw_archive_on_a_remote_store_survives_a_kill_minus_nine_exactly_on
 def test_ad_matching_on_s3_agrees_with_the_nightly_exact_recompute(broker, make_overrides, s3_root, tmp_path):
     """ad_matching (the stream-stream join, its four state stores and file sinks) with every path in a
     bucket, then the nightly job over the same bucket: every match it wrote is reproduced by the exact
-    recompute from the archive, or explained or pending, never unexplained. On S3 only: a rename there is
-    a copy, so Spark's checkpoint files take another path than on a file system; on HDFS the state
-    store's path is sensor_aggregation's in tests/test_reconcile.py."""
+    recompute from the archive, or explained or pending, never unexplained. Then the day compacted in the
+    bucket and reconciled again, with the same verdicts. On S3 only: a rename there is a copy, so Spark's
+    checkpoint files and the compaction's swap take another path than on a file system; on HDFS the same
+    steps run with sensor_aggregation in tests/test_reconcile.py."""
     root, on_the_store = s3_root(), store.on_object_store
     import json
 
@@ -172,3 +176,23 @@ def test_ad_matching_on_s3_agrees_with_the_nightly_exact_recompute(broker, make_
     assert [d for d in report["ad_match_diffs"] if d["verdict"] == "unexplained"] == []
     assert Lease(config, "ad_matching").read() is None
     assert ControlStore(config).last_exit("ad_matching")["status"] == "finished"
+
+    # The day compacted in the bucket (the compaction job, through spark-submit), then reconciled again:
+    # the same rows read, the same verdicts.
+    with (tmp_path / "spark-submit.log").open("ab") as output:
+        compacted = subprocess.run(
+            compact_submit_command(config, overrides=overrides),
+            env=submit_environment(),
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            timeout=600,
+        )
+    assert compacted.returncode == 0, f"the compaction failed; see {tmp_path / 'spark-submit.log'}"
+    archive_day = compacted_days.latest(config, registry.ARCHIVE, day.isoformat())
+    assert archive_day is not None and archive_day.rows == report["inputs"]["archive_rows_read"]
+    run_then_reconcile([], overrides, day, tmp_path / "spark-submit.log")
+    again = json.loads((folder / "report.json").read_text())
+    assert {section: again[section] for section in VERDICT_SECTIONS} == {
+        section: report[section] for section in VERDICT_SECTIONS
+    }
+    assert again["inputs"]["archive_rows_read"] == report["inputs"]["archive_rows_read"]

@@ -549,25 +549,17 @@ VERDICT_SECTIONS = (
 )
 
 
-@pytest.fixture(params=["s3", "hdfs"])
-def remote_root(request) -> list[str]:
-    """Overrides that put every stored path on a remote store: a bucket of the loopback S3 server, or a
-    folder of the session's HDFS."""
-    if request.param == "s3":
-        return request.getfixturevalue("s3_root")()
-    return [f"paths.data_root={request.getfixturevalue('hdfs_root')}/pipeline"]
-
-
 @pytest.mark.slow
-def test_the_reconciliation_on_a_remote_store_equals_the_same_run_over_local_data(
-    spark, scenario, reconciled, remote_root, tmp_path, request
+def test_the_reconciliation_on_hdfs_equals_the_same_run_over_local_data(
+    spark, scenario, reconciled, hdfs_root, yarn, tmp_path
 ):
-    """The scenario through spark-submit with every stored path on S3 or HDFS: the archive,
+    """The scenario through spark-submit with every stored path on HDFS: the archive,
     sensor_aggregation, their checkpoints and batch log, then the nightly job, whose ledger, verdicts
     and compliance rows equal the local run's, and whose report names the remote inputs. Then the day
     compacted on the store (the compaction job, through spark-submit) and reconciled again: the same
-    rows read, the same verdicts. On HDFS that second run is the nightly job in YARN cluster mode (its
-    driver in an ApplicationMaster container of the session's YARN)."""
+    rows read, the same verdicts. That second run is the nightly job in YARN cluster mode (its driver in
+    an ApplicationMaster container of the session's YARN). The same steps on S3 run with ad_matching in
+    tests/test_object_store.py."""
     overrides = [
         *overrides_for(
             tmp_path / "unused",
@@ -575,7 +567,7 @@ def test_the_reconciliation_on_a_remote_store_equals_the_same_run_over_local_dat
             *files_source_overrides(scenario.replay_root),
             f"kafka.topics.sliding_averages.name={scenario.sliding_topic}",
         ),
-        *remote_root,
+        f"paths.data_root={hdfs_root}/pipeline",
         f"paths.scratch={tmp_path}/scratch",
         # The scenario's day is older than the outputs' and quarantines' retention by now, and will be
         # older than the archive's.
@@ -585,7 +577,7 @@ def test_the_reconciliation_on_a_remote_store_equals_the_same_run_over_local_dat
     ]
     config = make_overrides_config(overrides)
     bucket_root = config.data_path("checkpoints").removesuffix("/checkpoints")
-    assert bucket_root.split("://")[0] in ("s3a", "hdfs"), bucket_root
+    assert bucket_root.startswith("hdfs://"), bucket_root
     run_then_reconcile(["raw_archive", "sensor_aggregation"], overrides, DAY, tmp_path / "spark-submit.log")
 
     folder = report_dir(config, DAY.isoformat())
@@ -622,16 +614,12 @@ def test_the_reconciliation_on_a_remote_store_equals_the_same_run_over_local_dat
     archive_day = compacted_days.latest(config, registry.ARCHIVE, DAY.isoformat())
     assert archive_day is not None and archive_day.rows == sum(len(b) for b in SCENARIO)
     assert compacted_days.latest(config, registry.SENSOR_WINDOWS, DAY.isoformat()) is not None
-    in_yarn, jobs_before = [], set()
-    if bucket_root.startswith("hdfs://"):
-        yarn = request.getfixturevalue("yarn")
-        rm = ResourceManager(yarn.rm_url)
-        jobs_before = {app.id for app in rm.applications("reconcile", ENDED_STATES)}
-        in_yarn = yarn_overrides(yarn, config.paths.data_root)
+    rm = ResourceManager(yarn.rm_url)
+    jobs_before = {app.id for app in rm.applications("reconcile", ENDED_STATES)}
+    in_yarn = yarn_overrides(yarn, config.paths.data_root)
     run_then_reconcile([], [*overrides, *in_yarn], DAY, tmp_path / "spark-submit.log")
-    if in_yarn:
-        ran = [app for app in rm.applications("reconcile", ENDED_STATES) if app.id not in jobs_before]
-        assert [(app.state, app.final_status) for app in ran] == [("FINISHED", "SUCCEEDED")], ran
+    ran = [app for app in rm.applications("reconcile", ENDED_STATES) if app.id not in jobs_before]
+    assert [(app.state, app.final_status) for app in ran] == [("FINISHED", "SUCCEEDED")], ran
     again = json.loads((folder / "report.json").read_text())
     assert {section: again[section] for section in VERDICT_SECTIONS} == {
         section: remote[section] for section in VERDICT_SECTIONS

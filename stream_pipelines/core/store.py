@@ -490,6 +490,25 @@ def _precondition_failed(error: OSError) -> bool:
     return cause.get("Error", {}).get("Code") == "PreconditionFailed" or error.errno == 22
 
 
+# Copies to and within a remote store run this many files at once: each file's round trips are latency
+# (closing a file on HDFS alone takes about 0.5 s), not work, so a folder of small files copies in
+# about the time of its slowest few instead of the sum of all.
+REMOTE_COPY_CONCURRENCY = 8
+
+
+def _each_at_once(copy_one: Callable[[Any], None], items: list) -> None:
+    """``copy_one`` over ``items``, several at a time; the first failure is raised once all have ended."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if len(items) <= 1:
+        for item in items:
+            copy_one(item)
+        return
+    with ThreadPoolExecutor(min(REMOTE_COPY_CONCURRENCY, len(items))) as pool:
+        for _ in pool.map(copy_one, items):
+            pass
+
+
 def copy_tree(source: Path, target: Path) -> None:
     """Copy a file, or a folder and everything under it, to ``target`` (created or added to): within a
     store, or from a local disk to an object store or HDFS."""
@@ -498,9 +517,8 @@ def copy_tree(source: Path, target: Path) -> None:
             _hdfs_copy_file(source, target)
             return
         prefix = source.path.rstrip("/") + "/"
-        for key in source.fs.find(prefix):
-            relative = key[len(prefix) :]
-            _hdfs_copy_file(source / relative, target / relative)
+        relatives = [key[len(prefix) :] for key in source.fs.find(prefix)]
+        _each_at_once(lambda relative: _hdfs_copy_file(source / relative, target / relative), relatives)
         return
     if on_object_store(source):
         filesystem = source.fs
@@ -509,16 +527,21 @@ def copy_tree(source: Path, target: Path) -> None:
             return
         # Key by key: fsspec's recursive copy also tries to copy the folder's own (absent) key.
         prefix = source.path.rstrip("/") + "/"
-        for key in filesystem.find(prefix):
-            filesystem.copy(key, f"{target.path.rstrip('/')}/{key[len(prefix) :]}")
+        _each_at_once(
+            lambda key: filesystem.copy(key, f"{target.path.rstrip('/')}/{key[len(prefix) :]}"),
+            filesystem.find(prefix),
+        )
         return
     if _remote(target):
         # From a local disk to the store (the Data Docs site, built locally by Great Expectations).
         files = [source] if source.is_file() else [p for p in sorted(source.rglob("*")) if p.is_file()]
-        for path in files:
+
+        def upload(path: Path) -> None:
             relative = path.relative_to(source).as_posix()
             key = target.path if relative == "." else f"{target.path.rstrip('/')}/{relative}"
             target.fs.put_file(str(path), key)
+
+        _each_at_once(upload, files)
         return
     if source.is_dir():
         shutil.copytree(source, target, dirs_exist_ok=True)
