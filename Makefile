@@ -27,9 +27,10 @@ chaos: setup  ## fault injection on a private stack: 20 random faults, then exac
 test-deps:  ## servers the tests start that come from Debian: prometheus and promtool
 	@infra/scripts/install_test_servers.sh
 
-TEST_WORKERS ?= 2
-test: setup test-deps  ## the whole test suite (real broker, real Spark, real Prometheus) on TEST_WORKERS=2 workers
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
+# One process: on two cores, two workers were no faster (docs/development.md#where-ci-time-goes).
+TEST_WORKERS ?= 1
+test: setup test-deps  ## the whole test suite (real broker, real Spark, real Prometheus); TEST_WORKERS=N on a bigger machine
+	$(BIN)/python -m pytest -q $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder) $(PYTEST_ARGS)
 
 test-fast: setup  ## the unit tier only: no JVM, no broker, no Airflow (about three minutes)
 	$(BIN)/python -m pytest -q tests/unit $(PYTEST_ARGS)

@@ -27,10 +27,9 @@ from stream_pipelines.devtools.processes import free_port
 from stream_pipelines.devtools.tls import KEY_PASSWORD, Identity, LoopbackPki, make_test_pki
 from stream_pipelines.launching import jvm
 
-# `make test` runs the suite on two pytest-xdist workers (`--dist loadgroup`): in one process it keeps
-# one of the two cores busy on average, since a test alternates between busy moments (a JVM starting,
-# a batch) and waits (a trigger, a scheduler). Each worker starts its own session servers (broker,
-# Spark, S3, HDFS, YARN, Airflow's home) on its own ports and folders.
+# `TEST_WORKERS=N make test` runs the suite on N pytest-xdist workers (`--dist loadgroup`); `make test`
+# runs it in one process, which on two cores was no slower (docs/development.md). Each worker starts its
+# own session servers (broker, Spark, S3, HDFS, YARN, Airflow's home) on its own ports.
 #
 # A module runs whole on one worker, so its module-scoped stack is built once. The tests that run the
 # installed wheel share one worker, so the wheel and its packed environment are built once a session,
