@@ -475,6 +475,22 @@ def run_then_reconcile(apps: list[str], overrides: list[str], day, log: Path) ->
     assert job.returncode == 0, f"the reconciliation failed or found unexplained diffs; see {log}"
 
 
+def compact_through_spark_submit(config: PipelineConfig, overrides: list[str], log: Path) -> None:
+    """The compaction job through spark-submit, as the maintenance DAG runs it; its output goes to
+    ``log``, which a failure names."""
+    from stream_pipelines.launching.submit import compact_submit_command, submit_environment
+
+    with log.open("ab") as output:
+        compacted = subprocess.run(
+            compact_submit_command(config, overrides=overrides),
+            env=submit_environment(),
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            timeout=600,
+        )
+    assert compacted.returncode == 0, f"the compaction failed; see {log}"
+
+
 def committed_rows(config: PipelineConfig, output: str, columns: list[str]) -> list[dict]:
     """Every row of the files a file sink's log lists, read with pyarrow through the file layer (as a
     reader other than Spark would), with the partition values from each file's path."""

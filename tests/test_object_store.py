@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -28,10 +27,10 @@ from stream_pipelines.core.registry import app as declared_app
 from stream_pipelines.devtools import generator
 from stream_pipelines.driver.batch_log import load_batches
 from stream_pipelines.kafka.topics import ensure_topics
-from stream_pipelines.launching.submit import compact_submit_command, submit_environment
 from stream_pipelines.tables import compacted_days, maintenance
 from tests.conftest import (
     committed_rows,
+    compact_through_spark_submit,
     make_overrides_config,
     private_source_topics,
     run_app,
@@ -179,15 +178,7 @@ def test_ad_matching_on_s3_agrees_with_the_nightly_exact_recompute(broker, make_
 
     # The day compacted in the bucket (the compaction job, through spark-submit), then reconciled again:
     # the same rows read, the same verdicts.
-    with (tmp_path / "spark-submit.log").open("ab") as output:
-        compacted = subprocess.run(
-            compact_submit_command(config, overrides=overrides),
-            env=submit_environment(),
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            timeout=600,
-        )
-    assert compacted.returncode == 0, f"the compaction failed; see {tmp_path / 'spark-submit.log'}"
+    compact_through_spark_submit(config, overrides, tmp_path / "spark-submit.log")
     archive_day = compacted_days.latest(config, registry.ARCHIVE, day.isoformat())
     assert archive_day is not None and archive_day.rows == report["inputs"]["archive_rows_read"]
     run_then_reconcile([], overrides, day, tmp_path / "spark-submit.log")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import uuid
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -42,7 +41,6 @@ from stream_pipelines.driver.batch_log import (
     load_batches,
     parse_batch_log,
 )
-from stream_pipelines.launching.submit import compact_submit_command, submit_environment
 from stream_pipelines.reconciliation.advisor import late_watermarks
 from stream_pipelines.reconciliation.job import (
     ReconciliationResult,
@@ -54,6 +52,7 @@ from stream_pipelines.reconciliation.report import report_dir
 from stream_pipelines.tables import compacted_days
 from tests.conftest import (
     Replay,
+    compact_through_spark_submit,
     create_topic,
     files_source_overrides,
     make_overrides_config,
@@ -602,15 +601,7 @@ def test_the_reconciliation_on_hdfs_equals_the_same_run_over_local_data(
     assert (folder / "what_if.png").read_bytes().startswith(b"\x89PNG")
     assert (folder / "report.pdf").read_bytes().startswith(b"%PDF"), remote["pdf"]
 
-    with (tmp_path / "spark-submit.log").open("ab") as output:
-        compacted = subprocess.run(
-            compact_submit_command(config, overrides=overrides),
-            env=submit_environment(),
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            timeout=600,
-        )
-    assert compacted.returncode == 0, f"the compaction failed; see {tmp_path / 'spark-submit.log'}"
+    compact_through_spark_submit(config, overrides, tmp_path / "spark-submit.log")
     archive_day = compacted_days.latest(config, registry.ARCHIVE, DAY.isoformat())
     assert archive_day is not None and archive_day.rows == sum(len(b) for b in SCENARIO)
     assert compacted_days.latest(config, registry.SENSOR_WINDOWS, DAY.isoformat()) is not None

@@ -500,13 +500,8 @@ def _each_at_once(copy_one: Callable[[Any], None], items: list) -> None:
     """``copy_one`` over ``items``, several at a time; the first failure is raised once all have ended."""
     from concurrent.futures import ThreadPoolExecutor
 
-    if len(items) <= 1:
-        for item in items:
-            copy_one(item)
-        return
-    with ThreadPoolExecutor(min(REMOTE_COPY_CONCURRENCY, len(items))) as pool:
-        for _ in pool.map(copy_one, items):
-            pass
+    with ThreadPoolExecutor(max(1, min(REMOTE_COPY_CONCURRENCY, len(items)))) as pool:
+        list(pool.map(copy_one, items))
 
 
 def copy_tree(source: Path, target: Path) -> None:

@@ -30,8 +30,8 @@ def test_the_suite_runs_without_the_xdist_plugin():
 
 
 def test_on_two_workers_each_module_runs_whole_on_one_worker():
-    # As `make test` runs: without the group, xdist's loadgroup sends each test on its own, and a
-    # module's fixtures start on both workers (the chaos stack did, and timed out on the second).
+    # As `TEST_WORKERS=2 make test` runs: without the group, xdist's loadgroup sends each test on its
+    # own, and a module's fixtures start on both workers (the chaos stack did, and timed out there).
     ran = run_pytest("-v", "-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder", *MODULES)
     output = ran.stdout + ran.stderr
     assert ran.returncode == 0, output[-3000:]
