@@ -24,7 +24,7 @@ demo: setup  ## the main job on the embedded local default: broker, events, apps
 chaos: setup  ## fault injection on a private stack: 20 random faults, then exactly-once checks (CHAOS_ARGS=--faults 20 --seed 7)
 	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(BIN)/python -m stream_pipelines.devtools.chaos $(CHAOS_ARGS)
 
-test-deps:  ## servers the tests start that come from Debian: prometheus and promtool
+test-deps:  ## servers the tests start that come from Debian: prometheus and promtool, alertmanager, chromium, openssl, postgresql
 	@infra/scripts/install_test_servers.sh
 
 # One process: on two cores, two workers were no faster (docs/development.md#where-ci-time-goes).
@@ -120,6 +120,6 @@ bench-soak: setup  ## the `make up` stack for an hour at a 1 s trigger, sampled 
 bench-reconcile: setup  ## nightly reconciliation over one day of 10M generated raw events: rows/s, peak memory
 	$(BIN)/python -m stream_pipelines.devtools.benchmarks.reconcile $(BENCH_ARGS)
 
-clean:  ## remove local data (broker log, checkpoints, outputs); keeps .venv and the JVM cache
-	-$(BIN)/pipelinectl broker stop
+clean:  ## stop the local stack, then remove local data (broker log, checkpoints, outputs, Airflow's database); keeps .venv and the JVM cache
+	-$(BIN)/pipelinectl down
 	rm -rf data

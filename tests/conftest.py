@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,13 +24,14 @@ from stream_pipelines.core.config import (
     override_variables,
 )
 from stream_pipelines.core.registry import app as declared_app
+from stream_pipelines.devtools.postgres import LocalPostgres, MetadataDatabase
 from stream_pipelines.devtools.processes import free_port
 from stream_pipelines.devtools.tls import KEY_PASSWORD, Identity, LoopbackPki, make_test_pki
 from stream_pipelines.launching import jvm
 
 # `TEST_WORKERS=N make test` runs the suite on N pytest-xdist workers (`--dist loadgroup`); `make test`
 # runs it in one process, which on two cores was no slower (docs/development.md). Each worker starts its
-# own session servers (broker, Spark, S3, HDFS, YARN, Airflow's home) on its own ports.
+# own session servers (broker, Spark, S3, HDFS, YARN, PostgreSQL, Airflow's home) on its own ports.
 #
 # A module runs whole on one worker, so its module-scoped stack is built once. The tests that run the
 # installed wheel share one worker, so the wheel and its packed environment are built once a session,
@@ -581,6 +583,21 @@ def batch_watermarks(checkpoint: Path) -> dict[int, int]:
     for entry in (checkpoint / "offsets").glob("[0-9]*"):
         marks[int(entry.name)] = json.loads(entry.read_text().splitlines()[1])["batchWatermarkMs"]
     return marks
+
+
+@pytest.fixture(scope="session")
+def metadata_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalPostgres]:
+    """The session's PostgreSQL on 127.0.0.1, for the tests that run Airflow's servers (each on a
+    database of its own: ``metadata_database``)."""
+    server = LocalPostgres(tmp_path_factory.mktemp("postgres")).start()
+    yield server
+    server.remove()
+
+
+@pytest.fixture
+def metadata_database(metadata_server: LocalPostgres) -> MetadataDatabase:
+    """A new, empty Airflow metadata database on the session's PostgreSQL."""
+    return metadata_server.new_database(f"airflow_{uuid.uuid4().hex[:12]}")
 
 
 @pytest.fixture(scope="session")

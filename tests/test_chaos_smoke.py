@@ -1,7 +1,8 @@
 """`make chaos` in small: one fault of each class against raw_archive on a private stack.
 
-The same script as `make chaos` (a real broker, Airflow's api-server, scheduler and dag-processor with
-the LocalExecutor, the live generator, spark-submit drivers), with one fault of each class in turn and
+The same script as `make chaos` (a real broker, PostgreSQL, Airflow's api-server, two schedulers and the
+dag-processor with the LocalExecutor, the live generator, spark-submit drivers), with one fault of each
+class in turn and
 the same verification at the end: every produced offset archived exactly once, no gap, never two
 drivers of the app in any one-second sample of the process table.
 
@@ -9,7 +10,8 @@ The task-runner fault is also the adoption test: kill -9 of the task runner abov
 task is retried and adopts the orphaned driver (no second spark-submit, one driver per app at every
 sample, no restart counted); after the orphan is stopped gracefully, supervision goes on normally (a new
 run starts one new driver, which commits). The frozen driver is found by its JVM's silence and killed
-without a drain; the killed one restarts from its checkpoint; either way the archive is exact.
+without a drain; the killed one restarts from its checkpoint; either way the archive is exact. Neither
+a scheduler's death nor the metadata database's restart starts a driver.
 """
 
 from __future__ import annotations
@@ -110,3 +112,28 @@ def test_a_failed_query_is_restarted_inside_its_driver_and_the_task_log_says_so(
     lines = report["log_lines"]["raw_archive"]
     assert any("restarted inside the driver" in line for line in lines), lines
     print(f"\nquery-failure: the refused write to the next committed batch {failure['next_batch_s']}s")
+
+
+def test_a_scheduler_killed_with_minus_nine_is_started_again_and_no_driver_starts_or_doubles(smoke):
+    """The scheduler running the app's supervisor task dies (kill -9); its keeper starts it again. Its task
+    runs on, orphaned, until the other scheduler finds it dead and resets it; the task's end leaves the
+    driver running, and the next try adopts it: no new driver, never two."""
+    report, _ = smoke
+    kill = faults_by_class(report)["scheduler-kill"]
+    assert kill["recovered"] and kill["expectations"] == [], kill
+    assert kill["tasks_hit"] == ["raw_archive"], kill
+    assert kill["adoptions"] >= 1 and kill["new_drivers"] == 0 and kill["restarts"] == 0, kill
+    assert any("started again by its keeper" in note for note in kill["notes"]), kill["notes"]
+    assert report["drivers"]["max_per_app"]["raw_archive"] == 1, report["drivers"]["violations"]
+
+
+def test_a_metadata_database_restart_leaves_the_driver_streaming_and_airflow_comes_back(smoke):
+    """PostgreSQL stopped for 10-60 s: the driver does not need it and streams on (no restart, no new
+    driver); Airflow's components ride it out or are started again by their keepers, and the supervisor's
+    task is running again once it is back."""
+    report, _ = smoke
+    restart = faults_by_class(report)["metadata-db-restart"]
+    assert restart["recovered"] and restart["expectations"] == [], restart
+    assert restart["new_drivers"] == 0 and restart["restarts"] == 0, restart
+    assert any(note.startswith("database down ") for note in restart["notes"]), restart["notes"]
+    print(f"\nmetadata-db-restart: {restart['notes']}; next batch {restart['next_batch_s']}s")

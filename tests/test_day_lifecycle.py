@@ -1,5 +1,6 @@
-"""A day from open to signed off with no manual trigger, against real Airflow (api-server, scheduler,
-dag-processor, as `make up` starts them), the real broker, the real apps and the real nightly job.
+"""A day from open to signed off with no manual trigger, against real Airflow (api-server, two
+schedulers and dag-processor on PostgreSQL, as `make up` starts them), the real broker, the real apps
+and the real nightly job.
 
 Yesterday (UTC) is day D (the day before, in a day's first half hour). Its events and later ones
 (which carry every stream's watermark and every partition past D's end) are in Kafka; the apps drain
@@ -8,7 +9,8 @@ horizon is set to end a minute and a half from the start; D is final once the ar
 stamped after it in every partition, which the test produces and archives after the provisional run was
 asked for. Then, with nobody triggering a reconciliation:
 
-- the watcher asks for D's provisional run, then its final one; each runs once, on D's partition;
+- the watcher asks for D's provisional run, then its final one; each runs once, on D's partition, though
+  the metadata database is stopped for 20 s while the provisional run is under way;
 - past the (shortened) deadline D shows as overdue to Prometheus' scrape until its final run is recorded;
 - the final report asks the named reviewer for a sign-off in Required Actions: anyone else is refused;
   a rejection is recorded and leaves D unsigned; a sign-off asked again is approved in the browser;
@@ -49,6 +51,7 @@ DAGS = ("reconciliation_days", "nightly_reconciliation", "compliance_sign_off")
 USERS = {"admin": "admin", "reviewer": "reviewer", "outsider": "outsider"}
 # How long a reviewer takes at least before answering a request (see hitl_pending).
 HUMAN_READING_S = 10
+METADATA_DB_DOWN_S = 20
 
 
 class Rest:
@@ -195,7 +198,7 @@ def compliance_rows(config, day: str) -> list[dict]:
 
 
 @pytest.mark.timeout(2400)
-def test_a_day_goes_from_open_to_signed_off_by_itself(broker, make_overrides, tmp_path):
+def test_a_day_goes_from_open_to_signed_off_by_itself(broker, make_overrides, metadata_database, tmp_path):
     started = datetime.now(UTC)
     today = datetime(started.year, started.month, started.day, tzinfo=UTC)
     # D is yesterday, and events a minute old carry every watermark past its end. In a day's first half
@@ -227,7 +230,7 @@ def test_a_day_goes_from_open_to_signed_off_by_itself(broker, make_overrides, tm
     passwords = tmp_path / "passwords.json"
     passwords.write_text(json.dumps(USERS))
     environment = {
-        **stack.airflow_environment(config, port),
+        **stack.airflow_environment(config, metadata_database, port),
         **pipeline_environment(overrides),
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,reviewer:op,outsider:op",
@@ -237,7 +240,8 @@ def test_a_day_goes_from_open_to_signed_off_by_itself(broker, make_overrides, tm
         "PIPELINE_COMPLIANCE_REVIEWERS": "reviewer",
     }
     assert stack.migrate_airflow_db(environment) is None
-    components = stack.airflow_components(port)[:3]
+    wanted = ("airflow-api-server", *stack.SCHEDULERS, "airflow-dag-processor")
+    components = [c for c in stack.airflow_components(port) if c.name in wanted]
     for component in components:
         stack.start_component(config, component, environment)
     rest = Rest(f"http://127.0.0.1:{port}")
@@ -255,6 +259,12 @@ def test_a_day_goes_from_open_to_signed_off_by_itself(broker, make_overrides, tm
         # D closed: the watcher asks for the provisional run by itself.
         poll(lambda: record_of()["requests"].get("provisional"), 300, "the provisional run to be asked for")
         assert record_of()["completeness"] == days.CLOSED
+
+        # Airflow's metadata database restarts while D's provisional run is under way: the run, the
+        # watcher and all that follows carry on by themselves once it is back (none runs twice).
+        metadata_database.server.stop()
+        time.sleep(METADATA_DB_DOWN_S)
+        metadata_database.server.start()
 
         # The horizon passes and the archive reads past it in every partition: D is final.
         time.sleep(max(0.0, (horizon_end - datetime.now(UTC)).total_seconds()) + 1)

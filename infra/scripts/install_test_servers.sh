@@ -6,14 +6,19 @@
 #   chromium                          the Airflow UI page test and the report's PDF (driven by Playwright;
 #                                     Playwright's own browser download cannot work offline)
 #   openssl                           the command line that makes the secured broker's test certificates
+#   postgresql (15)                   Airflow's metadata database (initdb and pg_ctl; the project starts its
+#                                     own server on a free port, as devtools/postgres.py says)
 # Works as root (CI) or through sudo. `apt-get update`, the slow part, runs only when apt does not
 # know a package yet or its lists are too old to download it.
 set -euo pipefail
 
-packages=(prometheus prometheus-alertmanager chromium openssl)
+packages=(prometheus prometheus-alertmanager chromium openssl postgresql)
 wanted=(promtool prometheus prometheus-alertmanager chromium openssl)
+# Debian keeps PostgreSQL's server programs off PATH, in a folder per major version.
+has_postgres() { command -v initdb >/dev/null 2>&1 || compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; }
 missing=0
 for tool in "${wanted[@]}"; do command -v "$tool" >/dev/null 2>&1 || missing=1; done
+has_postgres || missing=1
 [ "$missing" -eq 0 ] && exit 0
 
 if [ "$(id -u)" -eq 0 ]; then
@@ -38,11 +43,11 @@ elif ! install_packages; then
 fi
 
 # The packages start their services where an init system runs; the tests start their own servers on
-# free ports, so packaged ones listening on 9090/9093 would only get in the way.
+# free ports, so packaged ones listening on 9090/9093/5432 would only get in the way.
 if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
-  "${as_root[@]}" systemctl disable --now prometheus prometheus-alertmanager >/dev/null 2>&1 || true
+  "${as_root[@]}" systemctl disable --now prometheus prometheus-alertmanager postgresql >/dev/null 2>&1 || true
 else
-  for service in prometheus prometheus-alertmanager; do
+  for service in prometheus prometheus-alertmanager postgresql; do
     [ -x "/etc/init.d/$service" ] && { "${as_root[@]}" "/etc/init.d/$service" stop >/dev/null 2>&1 || true; }
   done
 fi
@@ -50,5 +55,6 @@ fi
 for tool in "${wanted[@]}"; do
   command -v "$tool" >/dev/null 2>&1 || { echo "install_test_servers: $tool still not on PATH" >&2; exit 1; }
 done
+has_postgres || { echo "install_test_servers: PostgreSQL's initdb still not found" >&2; exit 1; }
 # Debian's chromium launcher warns on stderr from its /etc/chromium.d scripts; the version is on stdout.
 echo "install_test_servers: $(promtool --version 2>&1 | head -1); $(chromium --version 2>/dev/null | head -1)"

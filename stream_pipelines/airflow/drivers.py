@@ -71,9 +71,16 @@ class DriverPlacement(ABC):
     def start(self, launch: Launch) -> None:
         """Submit a checked launch, then follow its driver until it ends."""
 
-    @abstractmethod
     def stop(self) -> None:
-        """Airflow is stopping the task."""
+        """Airflow is stopping the task (on_kill): a worker's restart or redeploy, or a scheduler that died,
+        whose task the other scheduler resets. The driver depends on neither (a YARN application, or a
+        spark-submit in a session of its own), so it runs on and the next try adopts it; the
+        ``pipeline_control`` DAG stops an app on purpose (decision 0023)."""
+        self.log.info(
+            "%s: the task is stopped, its driver runs on; the next try adopts it "
+            "(stop the app with the pipeline_control DAG)",
+            self.app.name,
+        )
 
     def adopt(self, owner: LeaseRecord) -> None:
         """Follow a live owner through its lease until it ends. The watchdog follows it as it would a
@@ -121,14 +128,10 @@ class DriverPlacement(ABC):
 
 
 class OnThisWorker(DriverPlacement):
-    """spark-submit on the Airflow worker: the driver lives in its process group."""
-
-    def __init__(self, config: PipelineConfig, app: App, log: Logger) -> None:
-        super().__init__(config, app, log)
-        self._submission: SparkSubmitHook | None = None
+    """spark-submit on the Airflow worker: the driver lives in its process group, a session of its own."""
 
     def start(self, launch: Launch) -> None:
-        hook = self._submission = self._hook(launch)
+        hook = self._hook(launch)
         guard = WatchdogThread(self.config, self.app, self.log, _ends_group(lambda: _submitted_group(hook)))
         guard.start()
         try:
@@ -143,13 +146,6 @@ class OnThisWorker(DriverPlacement):
             # It drained cleanly when asked, but it was asked because it was stuck: still a restart.
             raise AirflowException(f"watchdog: {self.app.name} was stuck: {guard.verdict}")
         self.log.info("%s exited 0 (deliberate stop): not a crash, no restart", self.app.name)
-
-    def stop(self) -> None:
-        """The driver is asked to drain and stop, then killed after the drain timeout."""
-        ControlStore(self.config).request_stop(self.app.name)
-        group = _submitted_group(self._submission) if self._submission else None
-        if group is not None and not _end_group(group, self.config.supervision.drain_timeout.seconds):
-            self.log.warning("%s did not stop within the drain timeout: killed", self.app.name)
 
 
 class InYarn(DriverPlacement):
@@ -179,15 +175,6 @@ class InYarn(DriverPlacement):
         finally:
             launch.submitted()
         self.follow(yarn_driver.submitted(self.rm, launch.yarn_tag), adopted=False)
-
-    def stop(self) -> None:
-        """A driver in YARN does not live on this worker: a worker's restart or redeploy must not take
-        it down, so it runs on and the next try adopts it; ``pipeline_control`` stops an app on purpose."""
-        self.log.info(
-            "%s: the task is stopped, its YARN application runs on; the next try adopts it "
-            "(stop the app with the pipeline_control DAG)",
-            self.app.name,
-        )
 
     def follow(self, application: YarnApplication, *, adopted: bool) -> None:
         """Follow the application until it ends; the watchdog stops a stuck driver through YARN."""
@@ -265,8 +252,9 @@ class ConfiguredSparkSubmitHook(SparkSubmitHook):
 
 
 def submit_detached(hook: SparkSubmitHook, application: str) -> None:
-    """spark-submit in a session of its own (the watchdog and on_kill can end the whole driver, JVM and
-    Python driver, without signalling this task's process group), with the task's stdin withheld."""
+    """spark-submit in a session of its own (the watchdog can end the whole driver, JVM and Python
+    driver, without signalling this task's process group, and the driver outlives the task when Airflow
+    stops it), with the task's stdin withheld."""
     # Without its stdin: before this, the driver inherited the task's. An Airflow 3 task's stdin is its
     # supervisor's socket, and the supervisor ends the try only when that socket closes: after a kill -9
     # of the task process, the orphaned driver held it open, and the retry that adopts the driver waited

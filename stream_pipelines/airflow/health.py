@@ -585,15 +585,24 @@ class HealthPage:
     prometheus_source: str
     lag_factor: float | None
     lag_rule: str
+    # None while Airflow's metadata database answers; else why it does not. Nothing on this page
+    # comes from it, so the page stands while it is away and says so.
+    metadata_database_away: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def collect(
-    config: PipelineConfig, *, now: float | None = None, fetch: Callable[[str], bytes] = http_get
+    config: PipelineConfig,
+    *,
+    now: float | None = None,
+    fetch: Callable[[str], bytes] = http_get,
+    metadata_database_away: Callable[[], str | None] = lambda: None,
 ) -> HealthPage:
-    """Read every source once and assemble the page; a source that fails is named, never raised."""
+    """Read every source once and assemble the page; a source that fails is named, never raised.
+    ``metadata_database_away`` says why Airflow's metadata database does not answer (None when it does):
+    the plugin asks Airflow's own engine."""
     now = time.time() if now is None else now
     try:
         lag_factor, lag_rule = watermark_lag_factor(), WATERMARK_LAG_ALERT
@@ -682,6 +691,7 @@ def collect(
         prometheus_source=prometheus_source,
         lag_factor=lag_factor,
         lag_rule=lag_rule,
+        metadata_database_away=metadata_database_away(),
     )
 
 

@@ -49,12 +49,21 @@ class _LoginRequired(Exception):
     """An anonymous browser asked for the page: it is sent to Airflow's login instead."""
 
 
+class _MetadataDatabaseAway(Exception):
+    """Airflow checks a token against its revoked tokens in the metadata database: while the database is
+    away no login can be checked, so nothing is served but a page that says so."""
+
+
 async def _airflow_user(request: Request) -> Any:
     """The logged-in user, checked as the REST API checks it; raises 401/403 like it does."""
     from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
     from airflow.api_fastapi.core_api.security import bearer_scheme, get_user, requires_access_view
+    from sqlalchemy.exc import DBAPIError
 
-    user = await get_user(request, None, await bearer_scheme(request))
+    try:
+        user = await get_user(request, None, await bearer_scheme(request))
+    except DBAPIError as error:
+        raise _MetadataDatabaseAway(_database_error(error)) from None
     requires_access_view(AccessView.WEBSITE)(request, user)
     return user
 
@@ -77,6 +86,13 @@ def create_app() -> FastAPI:
 
         return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)), status_code=303)
 
+    @app.exception_handler(_MetadataDatabaseAway)
+    async def database_away(request: Request, error: _MetadataDatabaseAway) -> Response:
+        why = metadata_database_notice(str(error))
+        if request.url.path.endswith("/api/health"):
+            return JSONResponse({"metadata_database_away": str(error), "detail": why}, status_code=503)
+        return HTMLResponse(f"<h1>{PAGE_NAME}</h1><p role='alert'>{html.escape(why)}</p>", status_code=503)
+
     @app.exception_handler(AirflowFailException)
     async def invalid_config(_request: Request, error: AirflowFailException) -> Response:
         # task_config's refusal (an expired client certificate, a key that no longer opens): the page
@@ -87,11 +103,13 @@ def create_app() -> FastAPI:
 
     @app.get("/", response_class=HTMLResponse)
     def page(_user: Annotated[Any, Depends(_page_user)], dag_id: str | None = None) -> str:
-        return render_page(health.collect(task_config()), focus=health.app_of_dag(dag_id))
+        collected = health.collect(task_config(), metadata_database_away=metadata_database_away)
+        return render_page(collected, focus=health.app_of_dag(dag_id))
 
     @app.get("/api/health")
     def health_json(_user: Annotated[Any, Depends(_airflow_user)]) -> JSONResponse:
-        return JSONResponse(health.collect(task_config()).as_json())
+        collected = health.collect(task_config(), metadata_database_away=metadata_database_away)
+        return JSONResponse(collected.as_json())
 
     @app.get("/metrics")
     def metrics() -> Response:
@@ -113,6 +131,33 @@ def create_app() -> FastAPI:
         return Response(data, media_type=_MEDIA_TYPES[match.group(1)])
 
     return app
+
+
+def metadata_database_away() -> str | None:
+    """None when Airflow's metadata database answers a query through the api-server's own engine; else
+    the error's first line (never the URL, which holds the password)."""
+    from airflow import settings
+    from sqlalchemy import text
+
+    try:
+        with settings.engine.connect() as connection:
+            connection.execute(text("select 1"))
+    except Exception as error:  # any failure to reach it is what the page reports
+        return _database_error(error)
+    return None
+
+
+def _database_error(error: Exception) -> str:
+    """The error's type and its driver's first line: says why, never the URL (it holds the password)."""
+    first_line = str(getattr(error, "orig", None) or error).strip().splitlines()[:1]
+    return f"{type(error).__name__}: {first_line[0] if first_line else 'no answer'}"
+
+
+def metadata_database_notice(why: str) -> str:
+    return (
+        f"Airflow's metadata database is away ({why}). Airflow's own pages, logins, the scheduling of "
+        "tasks and the sign-off wait for it; the drivers stream on."
+    )
 
 
 def overdue_exposition(config: Any, now: float | None = None) -> str:
@@ -194,6 +239,13 @@ def _lag_rule(page: health.HealthPage) -> str:
     )
 
 
+def _metadata_database(page: health.HealthPage) -> str:
+    if page.metadata_database_away is None:
+        return ""
+    notice = metadata_database_notice(page.metadata_database_away)
+    return _tag("p", _e(notice), role="alert", class_="unreachable")
+
+
 def render_page(page: health.HealthPage, focus: str | None = None) -> str:
     rows = [_app_row(row, row.app == focus) for row in page.rows]
     partitions = "\n".join(_partitions(row) for row in page.rows if row.partitions)
@@ -205,6 +257,7 @@ def render_page(page: health.HealthPage, focus: str | None = None) -> str:
 <div class="meta">As of {_e(page.generated_at)} (reloads every {REFRESH_S} s).
 Counts: {_e(page.prometheus_source)}. Alerts: {_e(page.alerts_source)}.
 {_lag_rule(page)}</div>
+{_metadata_database(page)}
 <div class="scroll">{_table("apps", _APP_HEADINGS, rows)}</div>
 <h2>Sensors topic: newest event time per partition</h2>
 {partitions or '<p class="small">No app exports per-partition event time right now.</p>'}

@@ -1,15 +1,22 @@
 """`make chaos`: faults injected at random into a private copy of the local stack, then a verification.
 
-The stack is the one `make up` starts (Kafka broker, Airflow api-server, scheduler and dag-processor
-with the LocalExecutor, the supervisor DAGs of the chosen apps unpaused, the live generator), in its own
-data root and on free ports, with short supervision timings. The data root is on the local disk, or
-(``--store hdfs|s3``) on an HDFS or S3 server the stack starts on loopback. While the generator
-produces, it injects faults drawn at random (seeded) from six classes:
+The stack is the one `make up` starts (Kafka broker, PostgreSQL, Airflow api-server, two schedulers and
+the dag-processor with the LocalExecutor, each kept running by devtools/keeper.py, the supervisor DAGs
+of the chosen apps unpaused, the live generator), in its own data root and on free ports, with short
+supervision timings. The data root is on the local disk, or (``--store hdfs|s3``) on an HDFS or S3
+server the stack starts on loopback. While the generator produces, it injects faults drawn at random
+(seeded) from these classes:
 
 - ``driver-kill``: kill -9 of an app's driver process group (the spark-submit JVM and its Python);
 - ``runner-kill``: kill -9 of the Airflow task runner above spark-submit (the task is retried and must
   adopt the orphaned driver, not start a second one);
-- ``scheduler-restart``: the scheduler stopped (SIGTERM to its group) and started again;
+- ``scheduler-restart``: the scheduler running a supervisor task (of two) stopped (SIGTERM to its group)
+  and started again;
+- ``scheduler-kill``: kill -9 of the scheduler running a supervisor task, which its keeper starts again
+  (as a service manager would) after a pause; the other schedules meanwhile and takes the killed one's
+  tasks over: their next tries adopt the drivers, never with a second one;
+- ``metadata-db-restart``: Airflow's PostgreSQL stopped for 10-60 s, then started: the drivers stream
+  on, and Airflow's components and the supervisor tasks come back by themselves;
 - ``driver-freeze``: SIGSTOP of a driver JVM for longer than the supervisor's watchdog window, then
   SIGCONT (the watchdog must find the JVM silent, kill it, and the supervisor restart it from its
   checkpoint);
@@ -47,7 +54,6 @@ import random
 import re
 import shutil
 import signal
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -71,7 +77,9 @@ from stream_pipelines.core.resource_manager import (
     application_of_container,
 )
 from stream_pipelines.devtools.hdfs import LocalHdfs
+from stream_pipelines.devtools.keeper import kept_pid
 from stream_pipelines.devtools.object_store import CREDENTIALS, ObjectStoreServer
+from stream_pipelines.devtools.postgres import MetadataDatabase, MetadataUnavailable, PostgresError
 from stream_pipelines.devtools.processes import (
     Proc,
     alive,
@@ -83,6 +91,7 @@ from stream_pipelines.devtools.processes import (
     started_with,
     stop_process_group,
 )
+from stream_pipelines.devtools.stack import SCHEDULERS, metadata_server
 from stream_pipelines.devtools.yarn import LocalYarn
 
 DEFAULT_ROOT = PROJECT_ROOT / "data" / "chaos"
@@ -95,6 +104,8 @@ FAULT_CLASSES = (
     "container-kill",
     "runner-kill",
     "scheduler-restart",
+    "scheduler-kill",
+    "metadata-db-restart",
     "driver-freeze",
     "broker-restart",
     "nodemanager-restart",
@@ -105,7 +116,9 @@ FAULT_LABELS = {
     "driver-kill": "kill -9 of a driver's process group",
     "container-kill": "kill -9 of a driver's YARN container (its process group)",
     "runner-kill": "kill -9 of the task runner above spark-submit, or following the application",
-    "scheduler-restart": "restart of the scheduler",
+    "scheduler-restart": "restart of one of the two schedulers",
+    "scheduler-kill": "kill -9 of one of the two schedulers, started again by its keeper",
+    "metadata-db-restart": "Airflow's PostgreSQL stopped for 10-60 s, then started",
     "driver-freeze": "SIGSTOP of a driver JVM past the watchdog window, then SIGCONT",
     "broker-restart": "restart of the Kafka broker",
     "nodemanager-restart": "the NodeManager stopped (its containers with it) and started again",
@@ -124,6 +137,8 @@ YARN_DEFAULT_CLASSES = (
     "container-kill",
     "runner-kill",
     "scheduler-restart",
+    "scheduler-kill",
+    "metadata-db-restart",
     "driver-freeze",
     "nodemanager-restart",
     "broker-restart",
@@ -132,6 +147,10 @@ YARN_DEFAULT_CLASSES = (
 # longer on the worker holds a driver there, which cluster mode must not.
 WORKER_SUBMIT_LIMIT_S = 120.0
 NODEMANAGER_DOWN_S = 5.0
+METADATA_DB_DOWN_S = (10.0, 60.0)
+# Faults of Airflow or its database, not of a driver: every driver streams on through them.
+ORCHESTRATION_FAULTS = {"scheduler-restart", "scheduler-kill", "metadata-db-restart"}
+SCHEDULER_FAULTS = ("scheduler-restart", "scheduler-kill")
 # Where the stack keeps its data root: the local disk, or a store server it starts on loopback.
 STORES = ("local", "hdfs", "s3")
 STORE_FAULTS = {"storage-outage"}
@@ -162,7 +181,7 @@ STACK_SETTINGS = (
 # The watchdog's window as shipped (2 minutes): a shorter one calls the stateful apps' slow first
 # batches on a loaded 2-core machine hangs and kills them in a loop.
 WATCHDOG_SETTINGS = ("supervision.watchdog_triggers=5", "supervision.watchdog_min_window=2 minutes")
-AIRFLOW_COMPONENTS = ("airflow-api-server", "airflow-scheduler", "airflow-dag-processor")
+AIRFLOW_COMPONENTS = ("airflow-api-server", *SCHEDULERS, "airflow-dag-processor")
 
 
 def say(message: str) -> None:
@@ -373,6 +392,8 @@ class Stack:
     airflow_port: int = field(default_factory=free_port)
     broker_port: int = field(default_factory=free_port)
     controller_port: int = field(default_factory=free_port)
+    # Processes the stack started that a fault orphaned (a killed scheduler's workers): stopped with it.
+    strays: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         # On YARN the data root is on the cluster's own HDFS, which its applications stage on too.
@@ -391,6 +412,7 @@ class Stack:
             *self.extra,
         ]
         self.config = load_config("local", self.overrides)
+        self.metadata = metadata_server(self.config)
 
     # ---- the store
 
@@ -459,7 +481,7 @@ class Stack:
     def environment(self) -> dict[str, str]:
         from stream_pipelines.devtools.stack import airflow_environment
 
-        environment = airflow_environment(self.config, self.airflow_port)
+        environment = airflow_environment(self.config, self.metadata.database(), self.airflow_port)
         environment.update(
             {
                 # The code of this checkout, in every process the stack starts (tasks, drivers included).
@@ -476,6 +498,17 @@ class Stack:
             environment.update(CREDENTIALS)
         environment.update(override_variables(self.overrides))
         return environment
+
+    def keeper_restarts(self) -> dict[str, int]:
+        """How often each Airflow component's keeper has started it again (its log's own lines)."""
+        from stream_pipelines.devtools.stack import stack_dir
+
+        counts = {}
+        for name in AIRFLOW_COMPONENTS:
+            log = stack_dir(self.config) / "logs" / f"{name}.log"
+            with contextlib.suppress(FileNotFoundError):
+                counts[name] = log.read_text(errors="replace").count(f"keeper {name}: pid ")
+        return counts
 
     def airflow_home(self) -> Path:
         return Path(self.environment()["AIRFLOW_HOME"])
@@ -534,6 +567,7 @@ class Stack:
             for left in (LocalYarn.attach(self.root / "yarn"), LocalHdfs.attach(self.root / "hdfs")):
                 if left is not None:
                     left.stop()
+            self.metadata.remove()  # its data may live outside the root (run as root: see postgres.py)
             shutil.rmtree(self.root)
         self.root.mkdir(parents=True)
         (self.root / ROOT_MARKER).write_text("a private stack of `make chaos`; deleted at its next run\n")
@@ -544,6 +578,11 @@ class Stack:
         )
         self.broker().start()
         ensure_topics(self.config)
+        try:
+            self.metadata.start()
+        except PostgresError as error:
+            raise SystemExit(f"chaos: Airflow's metadata database: {error}") from None
+        say(f"Airflow's metadata database: {self.metadata.describe()}")
         failure = migrate_airflow_db(self.environment())
         if failure:
             raise SystemExit(f"chaos: `airflow db migrate` failed:\n{failure}")
@@ -572,7 +611,11 @@ class Stack:
         from stream_pipelines.devtools.stack import stop_components
 
         below = stop_components(self.config, ["generator", *reversed(AIRFLOW_COMPONENTS)])
-        left = stop_processes(below)
+        # A stray's pid may belong to another process by now (a long run): only Airflow's own processes
+        # (titled "airflow ...": executor workers, task runners) are stopped, never a driver.
+        titles = {pid: " ".join(proc.argv) for pid, proc in process_table().items()}
+        strays = {pid for pid in self.strays if titles.get(pid, "").startswith("airflow ")}
+        left = stop_processes(below | strays)
         if left:
             say(f"{left} process(es) left behind by Airflow tasks: stopped")
 
@@ -591,6 +634,8 @@ class Stack:
             self.broker().stop()
         with contextlib.suppress(Exception):
             self.stop_store()
+        with contextlib.suppress(Exception):
+            self.metadata.remove()
 
 
 # --------------------------------------------------------------------------- observations
@@ -612,19 +657,32 @@ def committed_since(config: PipelineConfig, app: str, moment: float) -> float | 
     return None if None in firsts else max(firsts)
 
 
-def run_app_task(home: Path, app: str) -> dict[str, Any] | None:
-    """The newest try of the app's run_app task: run id, state, try number, id."""
-    database = home / "airflow.db"
+def run_app_task(database: MetadataDatabase, app: str) -> dict[str, Any] | None:
+    """The newest try of the app's run_app task: run id, state, try number, id; None while the metadata
+    database does not answer."""
     try:
-        with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=10)) as db:
-            row = db.execute(
-                "select run_id, state, try_number, id from task_instance "
-                "where dag_id = ? and task_id = 'run_app' order by start_date desc limit 1",
-                (f"supervise_{app}",),
-            ).fetchone()
-    except sqlite3.Error:
+        row = database.query_one(
+            "select run_id, state, try_number, id::text from task_instance "
+            "where dag_id = %s and task_id = 'run_app' order by start_date desc nulls last limit 1",
+            (f"supervise_{app}",),
+        )
+    except MetadataUnavailable:
         return None
     return dict(zip(("run_id", "state", "try_number", "id"), row, strict=True)) if row else None
+
+
+def live_schedulers(database: MetadataDatabase, since: float) -> int:
+    """How many schedulers have heartbeated since ``since`` (epoch seconds); 0 while the database does
+    not answer."""
+    try:
+        row = database.query_one(
+            "select count(*) from job where job_type = 'SchedulerJob' and state = 'running' "
+            "and extract(epoch from latest_heartbeat) > %s",
+            (since,),
+        )
+    except MetadataUnavailable:
+        return 0
+    return int(row[0]) if row else 0
 
 
 RUNNER_TITLE = "airflow worker -- "
@@ -632,7 +690,7 @@ RUNNER_TITLE = "airflow worker -- "
 
 def task_runner(table: dict[int, Proc], task_id: str | None) -> int | None:
     """The pid of the Airflow task runner of task instance ``task_id`` (titled ``airflow worker --
-    <uuid>``). The metadata database keeps the id without dashes, the process title with them; the
+    <uuid>``). Both sides are compared without dashes (SQLite kept the id without them); the
     executor's pool workers (``airflow worker -- LocalExecutor: <uuid>``) are not task runners."""
     if not task_id:
         return None
@@ -714,6 +772,10 @@ class FaultResult:
     task_before: dict[str, Any] | None = None
     task_after: dict[str, Any] | None = None
     spark_submits_until_adopted: int | None = None
+    # scheduler-restart and scheduler-kill: the apps whose supervisor task ran under the scheduler hit.
+    tasks_hit: list[str] = field(default_factory=list)
+    # Airflow components their keepers started again between the fault and the recovery (by name).
+    components_started_again: dict[str, int] = field(default_factory=dict)
     expectations: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -729,6 +791,7 @@ class Chaos:
         self.stack = stack
         self.config = stack.config
         self.home = stack.airflow_home()
+        self.database = stack.metadata.database()
         self.recover_timeout_s = recover_timeout_s
         self.stop_orphans = stop_orphans
         self.rng = rng
@@ -769,7 +832,7 @@ class Chaos:
         drivers = self.sampler.drivers(app)
         if len(drivers) != 1:
             return False
-        task = run_app_task(self.home, app)
+        task = run_app_task(self.database, app)
         if not task or task["state"] != "running":
             return False
         started = self.sampler.first_seen(drivers[0])
@@ -801,8 +864,9 @@ class Chaos:
             if not self.wait(lambda name=name: self.healthy(name), self.recover_timeout_s):
                 say(f"  {name} is not healthy before fault {number}; injecting anyway")
         before = self._counters()
+        kept_before = self.stack.keeper_restarts()
         pids_before = {name: self.sampler.driver_pids(name, True) for name in self.stack.apps}
-        tasks_before = {name: run_app_task(self.home, name) for name in scope}
+        tasks_before = {name: run_app_task(self.database, name) for name in scope}
         moment = time.time()
         result = FaultResult(number, fault, "", datetime.fromtimestamp(moment, UTC).isoformat())
         action = getattr(self, "_" + fault.replace("-", "_"))
@@ -814,6 +878,7 @@ class Chaos:
             result.target = f"{app or 'stack'}: not injected: {type(error).__name__}: {error}"
             result.expectations.append(f"could not inject the fault: {error}")
         say(f"fault {number:>2} {fault:<17} {result.target}")
+        fault_ended = time.time()
         recovered_at: dict[str, float | None] = {}
         deadline = time.monotonic() + self.recover_timeout_s
         # Recovered means a batch committed after the fault took hold: for a query failure, after the
@@ -824,11 +889,20 @@ class Chaos:
             remaining = max(deadline - time.monotonic(), 1)
             settled = self.wait(
                 lambda name=name: self.healthy(name, since)
-                and self._settled(fault, name, tasks_before, before),
+                and self._settled(fault, name, tasks_before, before, set(result.tasks_hit), fault_ended),
                 remaining,
             )
             recovered_at[name] = committed_since(self.config, name, since) if settled else None
         result.recovered = injected and all(at is not None for at in recovered_at.values())
+        kept_after = self.stack.keeper_restarts()
+        result.components_started_again = {
+            name: count - kept_before.get(name, 0)
+            for name, count in kept_after.items()
+            if count > kept_before.get(name, 0)
+        }
+        if result.components_started_again:
+            again = ", ".join(f"{name} x{count}" for name, count in result.components_started_again.items())
+            result.notes.append(f"started again by their keepers: {again}")
         launched = [
             self.sampler.started(pid)
             for name in scope
@@ -842,7 +916,7 @@ class Chaos:
             stuck = [name for name, at in recovered_at.items() if at is None]
             result.notes.append(f"not recovered within {self.recover_timeout_s:.0f}s: {', '.join(stuck)}")
         if fault == "runner-kill" and app:
-            result.task_before, result.task_after = tasks_before[app], run_app_task(self.home, app)
+            result.task_before, result.task_after = tasks_before[app], run_app_task(self.database, app)
             result.spark_submits_until_adopted = len(self.sampler.driver_pids(app, True) - pids_before[app])
             if self.stop_orphans and result.recovered:
                 self._stop_orphan(app, result)
@@ -850,13 +924,32 @@ class Chaos:
         self._account(result, before, pids_before, scope)
         return result
 
-    def _settled(self, fault: str, app: str, tasks_before: dict[str, Any], before: dict) -> bool:
-        if fault not in ("runner-kill", "scheduler-restart"):
+    def _settled(
+        self,
+        fault: str,
+        app: str,
+        tasks_before: dict[str, Any],
+        before: dict,
+        hit: set[str],
+        fault_ended: float,
+    ) -> bool:
+        if fault in ORCHESTRATION_FAULTS:
+            # Airflow whole again: every scheduler heartbeating since the fault, and the app's running
+            # task queued by one of them, its task runner alive. A task whose scheduler died (killed, or
+            # gone while the database was away) is not that until the survivor has reset it and a new
+            # try runs.
+            if live_schedulers(self.database, fault_ended) < len(SCHEDULERS):
+                return False
+            if not self._task_under_a_live_scheduler(app, fault_ended):
+                return False
+            if app not in hit:
+                return True
+        if fault not in ("runner-kill", *SCHEDULER_FAULTS):
             return True
-        # The killed try is over (a scheduler's stop ends its tasks too), a later one runs, and it has
-        # either adopted the driver or started one. Until then the database may still call the killed
-        # try running.
-        task, earlier = run_app_task(self.home, app), tasks_before.get(app) or {}
+        # The killed try is over (a scheduler's stop ends its tasks; a killed scheduler's are reset by
+        # the other once it is found dead), a later one runs, and it has either adopted the driver or
+        # started one. Until then the database may still call the killed try running.
+        task, earlier = run_app_task(self.database, app), tasks_before.get(app) or {}
         if not task or (task["try_number"], task["run_id"]) == (
             earlier.get("try_number"),
             earlier.get("run_id"),
@@ -864,6 +957,21 @@ class Chaos:
             return False
         counts = self.logs.refresh()[app]
         return counts["adoptions"] > before[app]["adoptions"] or counts["starts"] > before[app]["starts"]
+
+    def _task_under_a_live_scheduler(self, app: str, since: float) -> bool:
+        try:
+            row = self.database.query_one(
+                "select j.state, extract(epoch from j.latest_heartbeat), ti.id::text from task_instance ti "
+                "join job j on j.id = ti.queued_by_job_id "
+                "where ti.dag_id = %s and ti.task_id = 'run_app' and ti.state = 'running' "
+                "order by ti.start_date desc nulls last limit 1",
+                (f"supervise_{app}",),
+            )
+        except MetadataUnavailable:
+            return False
+        if row is None or row[0] != "running" or float(row[1]) < since:
+            return False
+        return task_runner(process_table(), row[2]) is not None
 
     def _driver(self, app: str) -> int:
         drivers = self.sampler.sample()[app]
@@ -924,7 +1032,7 @@ class Chaos:
     def _runner_kill(self, app: str, result: FaultResult) -> str:
         if self.rm is not None:
             # On YARN no process of the task is above the driver: kill the runner that follows it.
-            runner = task_runner(process_table(), (run_app_task(self.home, app) or {}).get("id"))
+            runner = task_runner(process_table(), (run_app_task(self.database, app) or {}).get("id"))
             if runner is None:
                 raise RuntimeError(f"no task runner found following {app}'s application")
             os.kill(runner, signal.SIGKILL)
@@ -938,7 +1046,7 @@ class Chaos:
         how = "above spark-submit"
         if not title.startswith("airflow worker"):
             # An adopted driver has no runner above it: the runner to kill is the one following it.
-            runner = task_runner(table, (run_app_task(self.home, app) or {}).get("id"))
+            runner = task_runner(table, (run_app_task(self.database, app) or {}).get("id"))
             how = "following the adopted driver"
             if runner is None:
                 raise RuntimeError(f"no task runner found above or following driver pid {pid}")
@@ -1005,13 +1113,62 @@ class Chaos:
             result.expectations.append(f"{app}.{query} did not fail, or no restart was recorded")
         return f"{app}: offset log entry {batch} of {query} refused until the query failed"
 
+    def _scheduler_of(self, app: str) -> str | None:
+        """The scheduler whose executor runs the app's supervisor task (its task runner is below it)."""
+        task = run_app_task(self.database, app)
+        runner = task_runner(process_table(), task and task["id"])
+        for name in SCHEDULERS if runner is not None else ():
+            keeper = self.stack.pid(name)
+            if keeper and runner in descendants(keeper):
+                return name
+        return None
+
+    def _busy_scheduler(self, result: FaultResult) -> str:
+        """A scheduler that runs supervisor tasks (either when neither does): the fault is felt."""
+        owners = {app: self._scheduler_of(app) for app in self.stack.apps}
+        name = self.rng.choice(sorted({owner for owner in owners.values() if owner}) or list(SCHEDULERS))
+        result.tasks_hit = sorted(app for app, owner in owners.items() if owner == name)
+        return name
+
     def _scheduler_restart(self, result: FaultResult) -> str:
-        old = self.stack.pid("airflow-scheduler")
+        name = self._busy_scheduler(result)
+        old = self.stack.pid(name)
         started = time.monotonic()
         if old:
             stop_process_group(old, timeout_s=30)
-        new = self.stack.start_component("airflow-scheduler")
-        return f"scheduler pid {old} stopped in {time.monotonic() - started:.0f}s, started again as pid {new}"
+        new = self.stack.start_component(name)
+        return f"{name} pid {old} stopped in {time.monotonic() - started:.0f}s, started again as pid {new}"
+
+    def _scheduler_kill(self, result: FaultResult) -> str:
+        """kill -9 of a scheduler process, as the kernel's OOM killer would: its executor's workers and
+        their task runners are orphaned, not stopped. Its keeper starts it again after a pause."""
+        name = self._busy_scheduler(result)
+        keeper = self.stack.pid(name)
+        scheduler = kept_pid(keeper) if keeper else None
+        if scheduler is None:
+            raise RuntimeError(f"{name} is not running")
+        # What it leaves behind is no longer below the stack's components once orphaned: the stack's
+        # stop finds it here.
+        self.stack.strays |= descendants(scheduler)
+        os.kill(scheduler, signal.SIGKILL)
+        killed = time.monotonic()
+        back = self.wait(lambda: kept_pid(keeper) not in (None, scheduler), 180, poll_s=0.5)
+        took = f"started again by its keeper after {time.monotonic() - killed:.0f}s" if back else "not back"
+        result.notes.append(f"{name}: {took}")
+        return f"{name}: kill -9 of scheduler pid {scheduler}; {took}"
+
+    def _metadata_db_restart(self, result: FaultResult) -> str:
+        """Airflow's PostgreSQL stopped (fast shutdown: connections closed, as a failover or a
+        maintenance restart closes them), kept down for 10-60 s, then started on the same data."""
+        metadata = self.stack.metadata
+        down_s = self.rng.uniform(*METADATA_DB_DOWN_S)
+        old = metadata.pid()
+        metadata.stop(mode="fast")
+        say(f"fault    metadata-db-restart PostgreSQL pid {old} stopped; starting it again in {down_s:.0f}s")
+        time.sleep(down_s)
+        metadata.start()
+        result.notes.append(f"database down {down_s:.0f}s")
+        return f"PostgreSQL pid {old} stopped, down {down_s:.0f}s, answering again as pid {metadata.pid()}"
 
     def _broker_restart(self, result: FaultResult) -> str:
         broker = self.stack.broker()
@@ -1131,11 +1288,11 @@ class Chaos:
                 )
         if result.fault in ("driver-kill", "container-kill") and result.restarts < 1:
             result.expectations.append("no restart recorded after the driver was killed")
-        if result.fault == "scheduler-restart" and self.rm is not None and result.new_drivers:
-            # The scheduler's stop ends its tasks (Airflow calls on_kill): applications in YARN run on.
-            result.expectations.append(
-                f"{result.new_drivers} new application(s): the scheduler's restart took drivers down"
-            )
+        if result.fault in ORCHESTRATION_FAULTS and result.new_drivers:
+            # None touches a driver: a task whose scheduler stopped or died ends (Airflow calls on_kill,
+            # which leaves the driver running) and its next try adopts it; a task whose database went
+            # away rides it out.
+            result.expectations.append(f"{result.new_drivers} new driver(s) after a fault no driver saw")
         if result.fault == "nodemanager-restart" and result.restarts < len(scope):
             result.expectations.append(
                 f"{result.restarts} restart(s) recorded after the NodeManager took {len(scope)} drivers down"

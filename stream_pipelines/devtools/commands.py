@@ -196,14 +196,22 @@ def local_servers_status(config: PipelineConfig) -> list[str]:
 
 def _up(config: PipelineConfig, args: argparse.Namespace) -> int:
     from stream_pipelines.devtools import stack
+    from stream_pipelines.devtools.postgres import PostgresError
 
-    return stack.up(config)
+    try:
+        return stack.up(config)
+    except PostgresError as error:
+        raise UserFacingError(f"Airflow's metadata database: {error}") from None
 
 
 def _down(config: PipelineConfig, args: argparse.Namespace) -> int:
     from stream_pipelines.devtools import stack
+    from stream_pipelines.devtools.postgres import PostgresError
 
-    return stack.down(config)
+    try:
+        return stack.down(config)
+    except PostgresError as error:
+        raise UserFacingError(f"Airflow's metadata database: {error}") from None
 
 
 def _demo(config: PipelineConfig, args: argparse.Namespace) -> int:

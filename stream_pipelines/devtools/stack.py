@@ -2,12 +2,13 @@
 
 Starts, each in its own process group with a pid file and a log under ``<local root>/stack``
 (``paths.local_root``, else the data root): the Kafka broker; the HDFS when the config manages one
-(``hdfs.manage_local``); Airflow (api-server, scheduler, dag-processor, triggerer; SQLite, LocalExecutor with
-parallelism sized for 2 cores) with the streaming DAGs unpaused; a live generator at a modest rate;
+(``hdfs.manage_local``); PostgreSQL for Airflow's metadata database (``devtools/postgres.py``); Airflow
+(api-server, two schedulers, dag-processor, triggerer; LocalExecutor with parallelism sized for 2 cores)
+with the streaming DAGs unpaused; a live generator at a modest rate;
 Prometheus with the alert rules, Alertmanager and the example webhook receiver when installed, with
 ``pipelinectl metrics-targets`` keeping the file Prometheus discovers the drivers in current.
-`down` stops every group it started (children included), then the apps' drivers, the broker and the
-HDFS.
+`down` stops every group it started (children included), then the apps' drivers, the broker, the HDFS
+and PostgreSQL.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from stream_pipelines.airflow.nightly import START_DATE_VARIABLE
 from stream_pipelines.core.config import PROJECT_ROOT, PipelineConfig
 from stream_pipelines.core.registry import APP_NAMES
 from stream_pipelines.devtools import hdfs, yarn
+from stream_pipelines.devtools.postgres import LocalPostgres, MetadataDatabase
 from stream_pipelines.devtools.processes import alive as _alive
 from stream_pipelines.devtools.processes import descendants, parent_pid, stop_process_group, stop_processes
 from stream_pipelines.observability.monitoring_rules import RULES_DIR, render_prometheus_config, write_yaml
@@ -37,6 +39,12 @@ PROMETHEUS_PORT = 9090
 ALERTMANAGER_PORT = 9094
 WEBHOOK_PORT = 9095
 AIRFLOW_USER = "admin"
+# Airflow's supported high availability: two schedulers share the metadata database (row-level locks on
+# PostgreSQL), each with its own LocalExecutor; either carries on when the other dies.
+SCHEDULERS = ("airflow-scheduler-a", "airflow-scheduler-b")
+# What a scheduler whose loop failed (its database went away) prints before it waits, for ever, for its
+# running tasks to end: the supervisors, which do not.
+SCHEDULER_STUCK = "waiting for running tasks to finish"
 # How long `down` lets an app finish its batch in flight before it kills the driver.
 APP_DRAIN_S = 60.0
 # How often the stack's Prometheus targets are brought up to date with the drivers' running records.
@@ -47,6 +55,11 @@ METRICS_TARGETS_EVERY_S = 5
 class Component:
     name: str
     command: list[str]
+    # Run under devtools/keeper.py, which starts it again when it dies (Airflow's components: a
+    # scheduler killed, or one that gave up while the metadata database was away).
+    kept: bool = False
+    # A line of its output after which it is stuck, not ending: the keeper kills it (see keeper.py).
+    kill_on: str | None = None
 
 
 def stack_dir(config: PipelineConfig) -> Path:
@@ -76,11 +89,20 @@ def write_prometheus_config(config: PipelineConfig) -> Path:
     return write_yaml(prometheus_config_file(config), rendered)
 
 
-def airflow_environment(config: PipelineConfig, port: int = AIRFLOW_PORT) -> dict[str, str]:
+def metadata_server(config: PipelineConfig) -> LocalPostgres:
+    """The stack's PostgreSQL, its state under the stack's folder."""
+    return LocalPostgres(stack_dir(config) / "postgres")
+
+
+def airflow_environment(
+    config: PipelineConfig, database: MetadataDatabase, port: int = AIRFLOW_PORT
+) -> dict[str, str]:
+    """Airflow's settings for the stack, its metadata in ``database``."""
     home = stack_dir(config) / "airflow"
     bin_dir = str(Path(sys.executable).parent)
     return {
         **os.environ,
+        **database.airflow_settings(),
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
@@ -95,6 +117,12 @@ def airflow_environment(config: PipelineConfig, port: int = AIRFLOW_PORT) -> dic
         "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
         "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+        # Two schedulers: one silent for scheduler_health_check_threshold (30 s) is dead, and the other
+        # takes over its tasks at its next orphan check, every 30 s here instead of every 5 minutes.
+        "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "30",
+        # A task runner rides out 2.5 minutes without the metadata database (30 failed heartbeats, 5 s
+        # apart) instead of 15 s: its driver does not need the database, and its supervisor should not.
+        "AIRFLOW__WORKERS__MAX_FAILED_HEARTBEATS": "30",
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "SPARK_LOCAL_IP": "127.0.0.1",
@@ -104,11 +132,12 @@ def airflow_environment(config: PipelineConfig, port: int = AIRFLOW_PORT) -> dic
 
 def airflow_components(port: int = AIRFLOW_PORT) -> list[Component]:
     airflow = str(Path(sys.executable).parent / "airflow")
+    api_server = [airflow, "api-server", "--host", "127.0.0.1", "--port", str(port)]
     return [
-        Component("airflow-api-server", [airflow, "api-server", "--host", "127.0.0.1", "--port", str(port)]),
-        Component("airflow-scheduler", [airflow, "scheduler"]),
-        Component("airflow-dag-processor", [airflow, "dag-processor"]),
-        Component("airflow-triggerer", [airflow, "triggerer"]),
+        Component("airflow-api-server", api_server, kept=True),
+        *(Component(name, [airflow, "scheduler"], kept=True, kill_on=SCHEDULER_STUCK) for name in SCHEDULERS),
+        Component("airflow-dag-processor", [airflow, "dag-processor"], kept=True),
+        Component("airflow-triggerer", [airflow, "triggerer"], kept=True),
     ]
 
 
@@ -222,7 +251,9 @@ def up(config: PipelineConfig, generator_rates: tuple[float, float] = GENERATOR_
         print(yarn.start_for(config))
     for topic, outcome in ensure_topics(config).items():
         print(f"topic {topic}: {outcome}")
-    environment = airflow_environment(config)
+    server = metadata_server(config).start()
+    print(server.describe())
+    environment = airflow_environment(config, server.database())
     failure = migrate_airflow_db(environment)
     if failure:
         print(failure, file=sys.stderr)
@@ -278,12 +309,19 @@ def migrate_airflow_db(environment: dict[str, str]) -> str | None:
 
 
 def start_component(config: PipelineConfig, component: Component, environment: dict[str, str]) -> int:
-    """Start one component in its own process group, logging to <stack>/logs; its pid."""
+    """Start one component in its own process group, logging to <stack>/logs; its pid (its keeper's,
+    when it is kept)."""
     logs = stack_dir(config) / "logs"
     logs.mkdir(parents=True, exist_ok=True)
+    command = component.command
+    if component.kept:
+        keeper = [sys.executable, "-m", "stream_pipelines.devtools.keeper", "--name", component.name]
+        if component.kill_on:
+            keeper += ["--kill-on", component.kill_on]
+        command = [*keeper, "--", *command]
     with (logs / f"{component.name}.log").open("ab") as log:
         process = subprocess.Popen(
-            component.command,
+            command,
             env=environment,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -325,7 +363,8 @@ def down(config: PipelineConfig) -> int:
     # Airflow first: it would otherwise see the apps' ends and restart them.
     names = [
         "generator",
-        "airflow-scheduler",
+        *SCHEDULERS,
+        "airflow-scheduler",  # the one scheduler of a stack started before decision 0023
         "airflow-triggerer",
         "airflow-dag-processor",
         "airflow-api-server",
@@ -363,6 +402,7 @@ def down(config: PipelineConfig) -> int:
         print("yarn: stopped" if yarn.stop_for(config) else "yarn: was not running")
     if config.hdfs.manage_local:
         print("hdfs: stopped" if hdfs.stop_for(config) else "hdfs: was not running")
+    print("postgres: stopped" if metadata_server(config).stop() else "postgres: was not running")
     return 0
 
 
@@ -389,7 +429,7 @@ def servers_status(config: PipelineConfig) -> list[str]:
     and each component (Airflow's, Prometheus, the generator)."""
     from stream_pipelines.devtools.broker import LocalBroker
 
-    lines = [LocalBroker(config).status().describe()]
+    lines = [LocalBroker(config).status().describe(), metadata_server(config).describe()]
     if config.hdfs.manage_local:
         cluster = hdfs.for_config(config)
         lines.append(f"hdfs: {'running' if cluster.running() else 'stopped'} ({cluster.default_fs})")

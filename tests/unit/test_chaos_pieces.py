@@ -113,7 +113,8 @@ def test_the_storage_outage_is_drawn_only_on_a_store_with_a_server_and_the_query
 
 def test_on_yarn_the_faults_are_the_containers_the_nodemanager_the_runner_the_scheduler_and_the_broker():
     drawn = set(fault_classes(None, "hdfs", "yarn"))
-    assert drawn == YARN_FAULTS | {"runner-kill", "scheduler-restart", "driver-freeze", "broker-restart"}
+    airflow = {"runner-kill", "scheduler-restart", "scheduler-kill", "metadata-db-restart"}
+    assert drawn == YARN_FAULTS | airflow | {"driver-freeze", "broker-restart"}
     assert {"container-kill", "nodemanager-restart"} == YARN_FAULTS
     assert not drawn & {"driver-kill", "query-failure"}
 

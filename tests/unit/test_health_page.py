@@ -354,6 +354,20 @@ def test_the_rendered_page_reloads_itself_fetches_nothing_external_and_escapes_w
     assert health.app_of_dag("nightly_reconciliation") is None
 
 
+def test_with_airflows_metadata_database_away_the_page_stands_and_says_so(tmp_path):
+    from stream_pipelines.airflow.plugin import render_page
+
+    closed = free_port()
+    config = config_at(tmp_path, *(f"metrics.ports.{app}={closed}" for app in APP_NAMES))
+    away = health.collect(config, metadata_database_away=lambda: "OperationalError: <refused>")
+    assert away.as_json()["metadata_database_away"] == "OperationalError: <refused>"
+    assert [row.app for row in away.rows] == list(APP_NAMES), "the apps' rows still come"
+    html = render_page(away)
+    assert '<p role="alert" class="unreachable">Airflow&#x27;s metadata database is away' in html
+    assert "OperationalError: &lt;refused&gt;" in html and "the drivers stream on" in html
+    assert "metadata database is away" not in render_page(health.collect(config))
+
+
 def test_the_page_says_which_kind_of_restart_came_last_and_why(tmp_path):
     """A query restarted inside its driver and a driver restarted by its supervisor read differently."""
     from stream_pipelines.airflow.plugin import render_page

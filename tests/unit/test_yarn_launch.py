@@ -287,18 +287,23 @@ def test_how_a_driver_in_yarn_ended_from_its_exit_record_and_yarns_diagnostics(t
     ).graceful
 
 
-def test_airflow_stopping_a_task_leaves_its_application_running_in_yarn(tmp_path, monkeypatch):
-    """A worker's restart or redeploy terminates its tasks (Airflow calls on_kill): a driver in YARN does
-    not live on that worker, so it runs on and the next try adopts it. No stop is asked, and the
-    ResourceManager (unreachable here) is not even called; pipeline_control stops an app on purpose."""
+@pytest.mark.parametrize(
+    "placement",
+    [
+        [],
+        ["spark.master=yarn", "spark.deploy_mode=cluster", "yarn.resourcemanager_url=http://127.0.0.1:9"],
+    ],
+    ids=["on the worker", "in yarn"],
+)
+def test_airflow_stopping_a_task_leaves_its_driver_running(tmp_path, monkeypatch, placement):
+    """Airflow terminates a task (on_kill) when its orchestration goes: a worker's restart or redeploy, or
+    a scheduler that died, whose task the other scheduler resets. The driver does not depend on either
+    (a YARN application, or a spark-submit in a session of its own), so it runs on and the next try adopts
+    it. No stop is asked, and the ResourceManager (unreachable here) is not even called; pipeline_control
+    stops an app on purpose."""
     from stream_pipelines.core.config import override_variables
 
-    overrides = [
-        f"paths.data_root={tmp_path}",
-        "spark.master=yarn",
-        "spark.deploy_mode=cluster",
-        "yarn.resourcemanager_url=http://127.0.0.1:9",
-    ]
+    overrides = [f"paths.data_root={tmp_path}", *placement]
     for name, value in override_variables(overrides).items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("PIPELINE_ENV", "local")

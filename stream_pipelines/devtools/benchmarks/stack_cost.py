@@ -1,8 +1,8 @@
 """Stack benchmark: what the whole `make up` stack costs at the default generator rate, how long a
 kill -9 under Airflow costs, and how fresh the tumbling output is.
 
-One run starts the stack exactly as `make up` does (``devtools.stack.up``: the broker, Airflow's
-api-server, scheduler, dag-processor and triggerer with the streaming DAGs unpaused, the live
+One run starts the stack exactly as `make up` does (``devtools.stack.up``: the broker, PostgreSQL,
+Airflow's api-server, two schedulers, dag-processor and triggerer with the streaming DAGs unpaused, the live
 generator at its default rate, Prometheus, Alertmanager and the webhook receiver when installed), but
 on a temporary data root and private broker ports; the fixed ports of `make up` (Airflow 8080,
 Prometheus 9090, ...) must be free. Then, in order:
@@ -89,6 +89,7 @@ RESTART_TIMEOUT_S = 600.0
 POLL_S = 0.5
 TASK_RUNNERS = "airflow task runners"
 BROKER = "broker"
+METADATA_DATABASE = "postgres (Airflow's metadata)"
 
 
 def app_label(app: str) -> str:
@@ -313,6 +314,8 @@ def private_stack(
                         environment_overrides(env, conf_dir, private),
                     ):
                         stack.down(config)
+                        # Its data may live outside the data root (run as root: devtools/postgres.py).
+                        stack.metadata_server(config).remove()
             finally:
                 shutil.rmtree(data_root, ignore_errors=True)
 
@@ -360,6 +363,9 @@ def stack_parts(config: PipelineConfig, table: Mapping[int, Proc]) -> StackParts
     broker = LocalBroker(config).status()
     if broker.pid:
         roots[broker.pid] = BROKER
+    postgres = stack.metadata_server(config).pid()
+    if postgres and postgres in table:
+        roots[postgres] = METADATA_DATABASE
     store = ControlStore(config)
     drivers, app_jvms = {}, {}
     for app in registry.APP_NAMES:
