@@ -52,6 +52,33 @@ METRICS_TARGETS_EVERY_S = 5
 
 
 @dataclass(frozen=True)
+class SqliteMetadata:
+    """Airflow's metadata in one SQLite file: the stack before PostgreSQL, which `make bench-stack
+    --airflow sqlite` measures beside today's (`make demo` and `dag.test()` keep Airflow's own default)."""
+
+    path: Path
+
+    def airflow_settings(self) -> dict[str, str]:
+        return {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.path}"}
+
+
+@dataclass(frozen=True)
+class AirflowSetup:
+    """Where the stack's Airflow keeps its metadata, and how many schedulers share it."""
+
+    name: str
+    schedulers: tuple[str, ...]
+    on_postgres: bool
+
+
+# What `make up` runs (decision 0023).
+AIRFLOW_HA = AirflowSetup("postgres", SCHEDULERS, on_postgres=True)
+# SQLite allows one scheduler only.
+AIRFLOW_SQLITE = AirflowSetup("sqlite", SCHEDULERS[:1], on_postgres=False)
+AIRFLOW_SETUPS = {setup.name: setup for setup in (AIRFLOW_HA, AIRFLOW_SQLITE)}
+
+
+@dataclass(frozen=True)
 class Component:
     name: str
     command: list[str]
@@ -95,7 +122,7 @@ def metadata_server(config: PipelineConfig) -> LocalPostgres:
 
 
 def airflow_environment(
-    config: PipelineConfig, database: MetadataDatabase, port: int = AIRFLOW_PORT
+    config: PipelineConfig, database: MetadataDatabase | SqliteMetadata, port: int = AIRFLOW_PORT
 ) -> dict[str, str]:
     """Airflow's settings for the stack, its metadata in ``database``."""
     home = stack_dir(config) / "airflow"
@@ -130,12 +157,15 @@ def airflow_environment(
     }
 
 
-def airflow_components(port: int = AIRFLOW_PORT) -> list[Component]:
+def airflow_components(port: int = AIRFLOW_PORT, setup: AirflowSetup = AIRFLOW_HA) -> list[Component]:
     airflow = str(Path(sys.executable).parent / "airflow")
     api_server = [airflow, "api-server", "--host", "127.0.0.1", "--port", str(port)]
     return [
         Component("airflow-api-server", api_server, kept=True),
-        *(Component(name, [airflow, "scheduler"], kept=True, kill_on=SCHEDULER_STUCK) for name in SCHEDULERS),
+        *(
+            Component(name, [airflow, "scheduler"], kept=True, kill_on=SCHEDULER_STUCK)
+            for name in setup.schedulers
+        ),
         Component("airflow-dag-processor", [airflow, "dag-processor"], kept=True),
         Component("airflow-triggerer", [airflow, "triggerer"], kept=True),
     ]
@@ -174,11 +204,13 @@ def generator_component(
 
 
 def components(
-    config: PipelineConfig, generator_rates: tuple[float, float] = GENERATOR_RATES
+    config: PipelineConfig,
+    generator_rates: tuple[float, float] = GENERATOR_RATES,
+    airflow: AirflowSetup = AIRFLOW_HA,
 ) -> list[Component]:
     rate, ad_rate = generator_rates
     found = [
-        *airflow_components(),
+        *airflow_components(setup=airflow),
         # Event ids are "<kind>-<seed>-<n>": a fixed seed would give a restarted stack the ids of the
         # events it already produced today, and the nightly would count them as one.
         generator_component(int(time.time()), rate=rate, ad_rate=ad_rate),
@@ -240,7 +272,11 @@ def recorded_pid(config: PipelineConfig, name: str) -> int | None:
         return None
 
 
-def up(config: PipelineConfig, generator_rates: tuple[float, float] = GENERATOR_RATES) -> int:
+def up(
+    config: PipelineConfig,
+    generator_rates: tuple[float, float] = GENERATOR_RATES,
+    airflow: AirflowSetup = AIRFLOW_HA,
+) -> int:
     from stream_pipelines.devtools.broker import LocalBroker
     from stream_pipelines.kafka.topics import ensure_topics
 
@@ -251,16 +287,20 @@ def up(config: PipelineConfig, generator_rates: tuple[float, float] = GENERATOR_
         print(yarn.start_for(config))
     for topic, outcome in ensure_topics(config).items():
         print(f"topic {topic}: {outcome}")
-    server = metadata_server(config).start()
-    print(server.describe())
-    environment = airflow_environment(config, server.database())
+    if airflow.on_postgres:
+        server = metadata_server(config).start()
+        print(server.describe())
+        database: MetadataDatabase | SqliteMetadata = server.database()
+    else:
+        database = SqliteMetadata(stack_dir(config) / "airflow" / "airflow.db")
+    environment = airflow_environment(config, database)
     failure = migrate_airflow_db(environment)
     if failure:
         print(failure, file=sys.stderr)
         return 1
     if shutil.which("prometheus"):
         write_prometheus_config(config)
-    for component in components(config, generator_rates):
+    for component in components(config, generator_rates, airflow):
         pid = recorded_pid(config, component.name)
         if pid and _alive(pid):
             print(f"{component.name}: already running (pid {pid})")

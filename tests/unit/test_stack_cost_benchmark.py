@@ -4,6 +4,7 @@ config handed to the stack through the environment."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from datetime import UTC, datetime
@@ -17,12 +18,14 @@ from stream_pipelines.devtools.benchmarks.stack_cost import (
     BROKER,
     TASK_RUNNERS,
     TumblingWatcher,
+    airflow_setups,
     app_label,
     cpu_by_label,
     environment_overrides,
     format_table,
     freshness_summary,
     label_processes,
+    memory_by_label,
 )
 from stream_pipelines.devtools.processes import Proc
 
@@ -150,20 +153,24 @@ def test_the_goals_stand_beside_their_figures() -> None:
         "goal": {"stack_cores": 0.5, "restart_s": 20.0, "freshness_p95_above_floor_triggers": 1.0},
         "settle_s": 240,
         "machine": {"usable_cpus": 2},
-        "idle": {
-            "window_s": 300.0,
-            "parts": {"app sensor_aggregation": {"cpu_s": 90.0, "cpu_s_per_min": 18.0, "cores": 0.3}},
-            "spark_cores": 0.3,
-            "stack_cores": 0.3,
-            "machine_cores": 0.4,
-            "apps_restarted_in_window": [],
-            "apps_not_running_at_end": ["ad_matching"],
-        },
         "kill_app": "sensor_aggregation",
-        "restarts": [{"seconds": 40.0}, {"seconds": 50.0}, {"seconds": 45.0}],
-        "freshness": freshness_summary({0.0: 150.0}, delay_s=120, trigger_s=10, since=0) | {"window_s": 300},
+        "runs": [
+            measured_run(
+                "postgres",
+                2,
+                {
+                    "app sensor_aggregation": {
+                        "cpu_s": 90.0,
+                        "cpu_s_per_min": 18.0,
+                        "cores": 0.3,
+                        "pss_mib": 700,
+                    }
+                },
+            )
+        ],
     }
     lines = format_table(results).splitlines()
+    assert lines[0].endswith("Airflow on postgres, 2 scheduler(s)")
     total = next(line for line in lines if line.startswith("stack total"))
     assert total.split()[-2:] == ["<=", "0.5"]
     restart = next(line for line in lines if line.startswith("kill -9"))
@@ -171,6 +178,67 @@ def test_the_goals_stand_beside_their_figures() -> None:
     fresh = next(line for line in lines if line.startswith("freshness"))
     assert "p95 30.0s" in fresh and "above the floor 20.0s = 2.00 triggers" in fresh
     assert any("ad_matching not running at its end" in line for line in lines)
+
+
+def measured_run(metadata: str, schedulers: int, parts: dict) -> dict:
+    return {
+        "airflow": {"metadata": metadata, "schedulers": schedulers},
+        "idle": {
+            "window_s": 300.0,
+            "parts": parts,
+            "spark_cores": 0.3,
+            "stack_cores": sum(part["cores"] for part in parts.values()),
+            "stack_pss_mib": sum(part["pss_mib"] for part in parts.values()),
+            "machine_cores": 0.4,
+            "apps_restarted_in_window": [],
+            "apps_not_running_at_end": ["ad_matching"],
+        },
+        "restarts": [{"seconds": 40.0}, {"seconds": 50.0}, {"seconds": 45.0}],
+        "freshness": freshness_summary({0.0: 150.0}, delay_s=120, trigger_s=10, since=0) | {"window_s": 300},
+    }
+
+
+def test_two_airflow_setups_are_tabled_each_and_then_side_by_side_part_by_part() -> None:
+    app = {"cpu_s": 90.0, "cpu_s_per_min": 18.0, "cores": 0.3, "pss_mib": 700.0}
+    results = {
+        "goal": {"stack_cores": 0.5, "restart_s": 20.0, "freshness_p95_above_floor_triggers": 1.0},
+        "settle_s": 240,
+        "machine": {"usable_cpus": 2},
+        "kill_app": "sensor_aggregation",
+        "runs": [
+            measured_run("sqlite", 1, {"app raw_archive": app}),
+            measured_run(
+                "postgres",
+                2,
+                {
+                    "app raw_archive": app,
+                    "postgres (Airflow's metadata)": {
+                        "cpu_s": 6.0,
+                        "cpu_s_per_min": 1.2,
+                        "cores": 0.02,
+                        "pss_mib": 95.0,
+                    },
+                },
+            ),
+        ],
+    }
+    table = format_table(results)
+    side = table.split("side by side")[1].splitlines()
+    assert "sqlite, 1 scheduler(s)" in side[1] and "postgres, 2 scheduler(s)" in side[1]
+    assert side[1].index("sqlite") < side[1].index("postgres"), "in the order they ran"
+    database = next(line for line in side if line.startswith("postgres (Airflow's metadata)"))
+    # Absent under SQLite: a dash, not a zero.
+    assert database.split()[-6:] == ["-", "/", "-", "0.02", "/", "95"]
+    total = next(line for line in side if line.startswith("stack total"))
+    assert total.split()[-6:] == ["0.30", "/", "700", "0.32", "/", "795"]
+
+
+def test_an_unknown_airflow_setup_is_refused_naming_the_choices() -> None:
+    with pytest.raises(
+        argparse.ArgumentTypeError, match="unknown Airflow setup mysql: choose from postgres, sqlite"
+    ):
+        airflow_setups("sqlite,mysql")
+    assert [setup.name for setup in airflow_setups("sqlite,postgres")] == ["sqlite", "postgres"]
 
 
 def test_a_port_whose_closed_connection_lingers_in_time_wait_counts_as_free():
@@ -195,3 +263,11 @@ def test_a_port_whose_closed_connection_lingers_in_time_wait_counts_as_free():
         listening.bind(("127.0.0.1", 0))
         listening.listen()
         assert busy_ports([listening.getsockname()[1]]) == [listening.getsockname()[1]]
+
+
+def test_memory_is_each_process_proportional_share_and_nothing_for_one_that_is_gone() -> None:
+    ours = {os.getpid(): "pytest", 2**22 + 7: "gone"}
+    held = memory_by_label(ours)
+    # This interpreter with pyarrow loaded holds tens of MiB at least, and less than the machine.
+    assert 20 < held["pytest"] < 24 * 1024
+    assert held["gone"] == 0.0

@@ -23,6 +23,10 @@ Prometheus 9090, ...) must be free. Then, in order:
               first query commits after Airflow has restarted it from its checkpoint; the app commits
               two more batches before the next kill
 
+``--airflow sqlite,postgres`` does all of it once per Airflow setup, each on a fresh stack, one after
+the other: SQLite with one scheduler (the stack before decision 0023), then PostgreSQL with two; a last
+table puts each part's cores and memory (PSS: a forked worker's shared pages counted once) side by side.
+
 Everything the run started is stopped (``devtools.stack.down``) and its data root deleted, whether it
 finished, failed or was interrupted. Goals beside the figures are the efficiency issue's: the stack at
 most 0.5 core, kill -9 to the next committed batch at most 20 s, freshness above the floor (p95) at
@@ -47,7 +51,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stream_pipelines.core import registry
 from stream_pipelines.core.config import (
@@ -76,6 +80,9 @@ from stream_pipelines.devtools.benchmarks.common import (
     spark_driver_jvm,
 )
 from stream_pipelines.devtools.processes import Proc, alive, cpu_seconds, process_table
+
+if TYPE_CHECKING:
+    from stream_pipelines.devtools.stack import AirflowSetup
 
 DEFAULT_OUT = PROJECT_ROOT / "data" / "bench" / "stack_cost.json"
 GOAL_CORES = 0.5
@@ -141,6 +148,26 @@ def cpu_by_label(
 
 def cpu_readings(pids: Sequence[int]) -> dict[int, float]:
     return {pid: cpu_seconds({pid}) for pid in pids if alive(pid)}
+
+
+def pss_mib(pid: int) -> float:
+    """The process's proportional share of memory: its private pages plus its share of those it shares,
+    so that Airflow's forked workers and their parent are not each counted whole. 0 once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) / 1024
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        pass
+    return 0.0
+
+
+def memory_by_label(labels: Mapping[int, str]) -> dict[str, float]:
+    """MiB (PSS) each part holds now."""
+    held: dict[str, float] = {}
+    for pid, label in labels.items():
+        held[label] = held.get(label, 0.0) + pss_mib(pid)
+    return held
 
 
 def machine_busy_seconds() -> float:
@@ -284,6 +311,7 @@ def private_stack(
     overrides: Sequence[str],
     conf_dir: str | None,
     generator_rates: tuple[float, float] | None = None,
+    airflow: AirflowSetup | None = None,
 ) -> Iterator[PipelineConfig]:
     from stream_pipelines.devtools import stack
 
@@ -302,7 +330,7 @@ def private_stack(
                     "(is `make up` running? `make down` stops it)"
                 )
             with contextlib.redirect_stdout(sys.stderr):
-                if stack.up(config, rates) != 0:
+                if stack.up(config, rates, *([airflow] if airflow else [])) != 0:
                     raise BenchmarkError(f"the stack did not start; logs under {stack.stack_dir(config)}")
             yield config
     finally:
@@ -394,7 +422,9 @@ def measure_idle(
     window_s = time.monotonic() - started
     busy_s = machine_busy_seconds() - busy_start
     parts_after = stack_parts(config, after)
-    used = cpu_by_label(label_processes(after, parts_after.roots, parts_after.app_jvms), start, end)
+    labels = label_processes(after, parts_after.roots, parts_after.app_jvms)
+    used = cpu_by_label(labels, start, end)
+    held = memory_by_label(labels)
     restarted = sorted(
         app for app, driver in parts.drivers.items() if parts_after.drivers.get(app) not in (None, driver)
     )
@@ -402,10 +432,16 @@ def measure_idle(
     return {
         "window_s": window_s,
         "parts": {
-            label: {"cpu_s": cpu, "cpu_s_per_min": cpu * 60 / window_s, "cores": cpu / window_s}
+            label: {
+                "cpu_s": cpu,
+                "cpu_s_per_min": cpu * 60 / window_s,
+                "cores": cpu / window_s,
+                "pss_mib": held.get(label, 0.0),
+            }
             for label, cpu in sorted(used.items(), key=lambda item: -item[1])
         },
         "stack_cores": sum(used.values()) / window_s,
+        "stack_pss_mib": sum(held.values()),
         "spark_cores": sum(cpu for label, cpu in used.items() if label.startswith("app ")) / window_s,
         "machine_cores": busy_s / window_s,
         "apps_restarted_in_window": restarted,
@@ -460,11 +496,35 @@ def measure_restart(
 
 
 def run_benchmark(args: argparse.Namespace, interrupts: Interrupts) -> dict[str, Any]:
+    """The stack once per Airflow setup asked for, one after the other, each on a fresh data root."""
+    started = time.monotonic()
+    load_before = load_average()
+    runs = []
+    for setup in args.airflow:
+        log(f"Airflow on {setup.name} with {len(setup.schedulers)} scheduler(s)")
+        runs.append(measure_stack(args, setup, interrupts))
+    return {
+        "benchmark": "stack_cost",
+        "goal": {
+            "stack_cores": GOAL_CORES,
+            "restart_s": GOAL_RESTART_S,
+            "freshness_p95_above_floor_triggers": GOAL_FRESHNESS_ABOVE_FLOOR_TRIGGERS,
+        },
+        "settle_s": args.settle_seconds,
+        "runs": runs,
+        "kill_app": args.kill_app,
+        "overrides": list(args.overrides),
+        "machine": machine_info(),
+        "load_average": {"before": load_before, "after": load_average()},
+        "seconds": time.monotonic() - started,
+    }
+
+
+def measure_stack(args: argparse.Namespace, setup: AirflowSetup, interrupts: Interrupts) -> dict[str, Any]:
     from stream_pipelines.devtools import stack
 
     started = time.monotonic()
-    load_before = load_average()
-    with private_stack(args.env, args.overrides, args.conf_dir) as config:
+    with private_stack(args.env, args.overrides, args.conf_dir, airflow=setup) as config:
         log(f"stack up on data root {config.paths.data_root}; logs under {stack.stack_dir(config)}")
         tumbling = registry.APPS[KILLED_APP].query(FRESHNESS_QUERY).sink
         assert tumbling is not None
@@ -509,21 +569,11 @@ def run_benchmark(args: argparse.Namespace, interrupts: Interrupts) -> dict[str,
             config, args.kill_app, args.kills, interrupts, [lambda: check_components(config)]
         )
     return {
-        "benchmark": "stack_cost",
-        "goal": {
-            "stack_cores": GOAL_CORES,
-            "restart_s": GOAL_RESTART_S,
-            "freshness_p95_above_floor_triggers": GOAL_FRESHNESS_ABOVE_FLOOR_TRIGGERS,
-        },
-        "settle_s": args.settle_seconds,
+        "airflow": {"metadata": setup.name, "schedulers": len(setup.schedulers)},
         "idle": idle,
         "freshness": freshness,
-        "kill_app": args.kill_app,
         "restarts": restarts,
         "restart_median_s": statistics.median(r["seconds"] for r in restarts) if restarts else None,
-        "overrides": list(args.overrides),
-        "machine": machine_info(),
-        "load_average": {"before": load_before, "after": load_average()},
         "seconds": time.monotonic() - started,
     }
 
@@ -540,21 +590,67 @@ def check_components(config: PipelineConfig) -> None:
 
 
 def format_table(results: dict[str, Any]) -> str:
-    idle, goal = results["idle"], results["goal"]
+    tables = [format_run(results, run) for run in results["runs"]]
+    if len(results["runs"]) > 1:
+        tables.append(format_side_by_side(results["runs"]))
+    return "\n\n".join(tables)
+
+
+def setup_name(run: dict[str, Any]) -> str:
+    return f"{run['airflow']['metadata']}, {run['airflow']['schedulers']} scheduler(s)"
+
+
+def format_side_by_side(runs: Sequence[dict[str, Any]]) -> str:
+    """Each part's cores and memory under each Airflow setup, in the order they ran."""
+    names = [setup_name(run) for run in runs]
+    labels = list(dict.fromkeys(label for run in runs for label in run["idle"]["parts"]))
+    width = 26
+    lines = [
+        "side by side: cores / PSS MiB at the end of the window",
+        f"{'part':<40}" + "".join(f"{name:>{width}}" for name in names),
+    ]
+
+    def cell(cores: float | None, mib: float | None) -> str:
+        shown_cores = "-" if cores is None else format(cores, ".2f")
+        return f"{shown_cores} / {'-' if mib is None else format(mib, '.0f')}"
+
+    for label in labels:
+        figures = [run["idle"]["parts"].get(label) for run in runs]
+        lines.append(
+            f"{label:<40}"
+            + "".join(
+                f"{cell(f['cores'], f.get('pss_mib')) if f else cell(None, None):>{width}}" for f in figures
+            )
+        )
+    lines.append(
+        f"{'stack total':<40}"
+        + "".join(f"{cell(r['idle']['stack_cores'], r['idle'].get('stack_pss_mib')):>{width}}" for r in runs)
+    )
+    lines.append(
+        f"{'machine total (cores)':<40}" + "".join(f"{r['idle']['machine_cores']:>{width}.2f}" for r in runs)
+    )
+    return "\n".join(lines)
+
+
+def format_run(results: dict[str, Any], run: dict[str, Any]) -> str:
+    idle, goal = run["idle"], results["goal"]
     cpus = results["machine"].get("usable_cpus", "?")
     lines = [
         f"stack idle cost over {idle['window_s']:.0f}s after {results['settle_s']:g}s of settling, default "
-        f"generator rate, {cpus} CPUs",
-        f"{'part':<40}{'CPU s/min':>10}{'cores':>8}{'goal':>10}",
+        f"generator rate, {cpus} CPUs; Airflow on {setup_name(run)}",
+        f"{'part':<40}{'CPU s/min':>10}{'cores':>8}{'PSS MiB':>9}{'goal':>10}",
     ]
     for label, figures in idle["parts"].items():
-        lines.append(f"{label:<40}{figures['cpu_s_per_min']:>10.1f}{figures['cores']:>8.2f}")
+        lines.append(
+            f"{label:<40}{figures['cpu_s_per_min']:>10.1f}{figures['cores']:>8.2f}"
+            f"{figures.get('pss_mib', 0.0):>9.0f}"
+        )
     lines.append(
         f"{'  of which Spark (the apps)':<40}{idle['spark_cores'] * 60:>10.1f}{idle['spark_cores']:>8.2f}"
     )
     lines.append(
         f"{'stack total':<40}{idle['stack_cores'] * 60:>10.1f}{idle['stack_cores']:>8.2f}"
-        f"{'<= ' + format(goal['stack_cores'], 'g'):>10}"
+        f"{idle.get('stack_pss_mib', 0.0):>9.0f}{'<= ' + format(goal['stack_cores'], 'g'):>10}"
     )
     machine = idle["machine_cores"]
     lines.append(f"{'machine total (everything running)':<40}{machine * 60:>10.1f}{machine:>8.2f}")
@@ -564,7 +660,7 @@ def format_table(results: dict[str, Any]) -> str:
     ):
         if apps:
             lines.append(f"  note: {', '.join(apps)} {note}")
-    restarts = results["restarts"]
+    restarts = run["restarts"]
     if restarts:
         seconds = [r["seconds"] for r in restarts]
         lines.append(
@@ -572,7 +668,7 @@ def format_table(results: dict[str, Any]) -> str:
             f"{statistics.median(seconds):.1f}s ({min(seconds):.1f}-{max(seconds):.1f}, {len(seconds)} kills)"
             f"   goal <= {goal['restart_s']:g}s"
         )
-    fresh = results["freshness"]
+    fresh = run["freshness"]
     if fresh["windows"]:
         lines.append(
             f"freshness of {KILLED_APP}'s tumbling output ({fresh['window_s']:g}s windows, "
@@ -598,9 +694,29 @@ def build_parser() -> argparse.ArgumentParser:
         "--kills", type=positive_int, default=3, help="kill -9 of the app's driver, each timed"
     )
     parser.add_argument("--kill-app", choices=registry.APP_NAMES, default=KILLED_APP, help="the app killed")
+    parser.add_argument(
+        "--airflow",
+        type=airflow_setups,
+        default="postgres",
+        help="Airflow's metadata database, or several comma-separated to measure each in turn on a fresh "
+        "stack: postgres (two schedulers, what `make up` runs) or sqlite (one scheduler); default postgres",
+    )
     add_results_argument(parser, DEFAULT_OUT)
     add_config_arguments(parser)
     return parser
+
+
+def airflow_setups(value: str) -> tuple[AirflowSetup, ...]:
+    from stream_pipelines.devtools.stack import AIRFLOW_SETUPS
+
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in AIRFLOW_SETUPS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown Airflow setup {', '.join(unknown) or repr(value)}: "
+            f"choose from {', '.join(AIRFLOW_SETUPS)}"
+        )
+    return tuple(AIRFLOW_SETUPS[name] for name in names)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
