@@ -457,16 +457,23 @@ def run_app(app: str, trigger: str, overrides: list[str], **popen) -> subprocess
     return subprocess.Popen(command, env=submit_environment(), start_new_session=True, **popen)
 
 
+def drain_through_spark_submit(apps: list[str], overrides: list[str], log: Path) -> None:
+    """Each app drained with available-now through spark-submit, as the front door runs it; its output
+    goes to ``log``, which a failure names."""
+    with log.open("ab") as output:
+        for app in apps:
+            driver = run_app(app, "available-now", overrides, stdout=output, stderr=subprocess.STDOUT)
+            assert driver.wait(600) == 0, f"{app} failed; see {log}"
+
+
 def run_then_reconcile(apps: list[str], overrides: list[str], day, log: Path) -> None:
     """Each app drained with available-now through spark-submit, then the nightly job for ``day``, as the
     front door runs them; their output goes to ``log``, which a failure names."""
     from stream_pipelines.launching.submit import reconcile_submit_command, submit_environment
 
     config = load_config("local", overrides)
+    drain_through_spark_submit(apps, overrides, log)
     with log.open("ab") as output:
-        for app in apps:
-            driver = run_app(app, "available-now", overrides, stdout=output, stderr=subprocess.STDOUT)
-            assert driver.wait(600) == 0, f"{app} failed; see {log}"
         job = subprocess.run(
             reconcile_submit_command(config, day, overrides),
             env=submit_environment(config=config),

@@ -54,6 +54,7 @@ from tests.conftest import (
     Replay,
     compact_through_spark_submit,
     create_topic,
+    drain_through_spark_submit,
     files_source_overrides,
     make_overrides_config,
     overrides_for,
@@ -553,12 +554,11 @@ def test_the_reconciliation_on_hdfs_equals_the_same_run_over_local_data(
     spark, scenario, reconciled, hdfs_root, yarn, tmp_path
 ):
     """The scenario through spark-submit with every stored path on HDFS: the archive,
-    sensor_aggregation, their checkpoints and batch log, then the nightly job, whose ledger, verdicts
-    and compliance rows equal the local run's, and whose report names the remote inputs. Then the day
-    compacted on the store (the compaction job, through spark-submit) and reconciled again: the same
-    rows read, the same verdicts. That second run is the nightly job in YARN cluster mode (its driver in
-    an ApplicationMaster container of the session's YARN). The same steps on S3 run with ad_matching in
-    tests/test_object_store.py."""
+    sensor_aggregation, their checkpoints and batch log; the day compacted on the store (the compaction
+    job, through spark-submit); then the nightly job in YARN cluster mode (its driver in an
+    ApplicationMaster container of the session's YARN), reading the compacted day: its ledger, verdicts
+    and compliance rows equal the local run's, and its report names the remote inputs. The same steps
+    on S3 run with ad_matching in tests/test_object_store.py."""
     overrides = [
         *overrides_for(
             tmp_path / "unused",
@@ -577,7 +577,18 @@ def test_the_reconciliation_on_hdfs_equals_the_same_run_over_local_data(
     config = make_overrides_config(overrides)
     bucket_root = config.data_path("checkpoints").removesuffix("/checkpoints")
     assert bucket_root.startswith("hdfs://"), bucket_root
-    run_then_reconcile(["raw_archive", "sensor_aggregation"], overrides, DAY, tmp_path / "spark-submit.log")
+    log = tmp_path / "spark-submit.log"
+    drain_through_spark_submit(["raw_archive", "sensor_aggregation"], overrides, log)
+    compact_through_spark_submit(config, overrides, log)
+    archive_day = compacted_days.latest(config, registry.ARCHIVE, DAY.isoformat())
+    assert archive_day is not None and archive_day.rows == sum(len(b) for b in SCENARIO)
+    assert compacted_days.latest(config, registry.SENSOR_WINDOWS, DAY.isoformat()) is not None
+
+    rm = ResourceManager(yarn.rm_url)
+    jobs_before = {app.id for app in rm.applications("reconcile", ENDED_STATES)}
+    run_then_reconcile([], [*overrides, *yarn_overrides(yarn, config.paths.data_root)], DAY, log)
+    ran = [app for app in rm.applications("reconcile", ENDED_STATES) if app.id not in jobs_before]
+    assert [(app.state, app.final_status) for app in ran] == [("FINISHED", "SUCCEEDED")], ran
 
     folder = report_dir(config, DAY.isoformat())
     remote = json.loads((folder / "report.json").read_text())
@@ -586,6 +597,7 @@ def test_the_reconciliation_on_hdfs_equals_the_same_run_over_local_data(
     assert {section: remote[section] for section in VERDICT_SECTIONS} == {
         section: local[section] for section in VERDICT_SECTIONS
     }
+    assert remote["inputs"]["archive_rows_read"] == archive_day.rows
     assert remote["late_event_ledger"]["count"] == len(LATE_EVENTS)
     assert compliance_rows_on_store(config) == pytest.approx(compliance_rows(spark, reconciled.config))
     assert compliance_rows_on_store(config) == pytest.approx(EXPECTED_COMPLIANCE)
@@ -600,21 +612,4 @@ def test_the_reconciliation_on_hdfs_equals_the_same_run_over_local_data(
     assert {"delay_histogram.png", "what_if.png", "report.html"} <= set(store.files_under(folder))
     assert (folder / "what_if.png").read_bytes().startswith(b"\x89PNG")
     assert (folder / "report.pdf").read_bytes().startswith(b"%PDF"), remote["pdf"]
-
-    compact_through_spark_submit(config, overrides, tmp_path / "spark-submit.log")
-    archive_day = compacted_days.latest(config, registry.ARCHIVE, DAY.isoformat())
-    assert archive_day is not None and archive_day.rows == sum(len(b) for b in SCENARIO)
-    assert compacted_days.latest(config, registry.SENSOR_WINDOWS, DAY.isoformat()) is not None
-    rm = ResourceManager(yarn.rm_url)
-    jobs_before = {app.id for app in rm.applications("reconcile", ENDED_STATES)}
-    in_yarn = yarn_overrides(yarn, config.paths.data_root)
-    run_then_reconcile([], [*overrides, *in_yarn], DAY, tmp_path / "spark-submit.log")
-    ran = [app for app in rm.applications("reconcile", ENDED_STATES) if app.id not in jobs_before]
-    assert [(app.state, app.final_status) for app in ran] == [("FINISHED", "SUCCEEDED")], ran
-    again = json.loads((folder / "report.json").read_text())
-    assert {section: again[section] for section in VERDICT_SECTIONS} == {
-        section: remote[section] for section in VERDICT_SECTIONS
-    }
-    assert again["inputs"]["archive_rows_read"] == remote["inputs"]["archive_rows_read"]
-    assert compliance_rows_on_store(config) == pytest.approx(EXPECTED_COMPLIANCE)
     assert not (tmp_path / "unused").exists(), "something was written to the local data root"
