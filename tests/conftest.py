@@ -52,7 +52,6 @@ LONGEST_FIRST = (
     "tests/test_object_store.py",
     "tests/test_chaos_smoke.py",
     "tests/test_crash_equivalence.py",
-    "tests/test_storage_outage.py",
     "tests/test_hdfs_store.py",
     "tests/test_secured_kafka.py",
 )

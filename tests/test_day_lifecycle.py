@@ -40,10 +40,10 @@ from stream_pipelines.devtools.processes import free_port, stop_processes
 from stream_pipelines.kafka.topics import ensure_topics
 from stream_pipelines.reconciliation import days
 from tests.conftest import (
+    drain_through_spark_submit,
     make_overrides_config,
     pipeline_environment,
     private_source_topics,
-    run_app,
 )
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
@@ -179,15 +179,6 @@ def produce(config, events: list[tuple[str, int, int, bytes]]) -> None:
     assert producer.flush(30) == 0
 
 
-def drain(apps: list[str], overrides: list[str], log: Path) -> None:
-    import subprocess
-
-    with log.open("ab") as output:
-        for app in apps:
-            driver = run_app(app, "available-now", overrides, stdout=output, stderr=subprocess.STDOUT)
-            assert driver.wait(600) == 0, f"{app} failed; see {log}"
-
-
 def compliance_rows(config, day: str) -> list[dict]:
     """D's compliance rows as a plain Parquet reader sees them (the job writes the partition whole)."""
     import pyarrow.parquet as pq
@@ -247,7 +238,9 @@ def test_a_day_goes_from_open_to_signed_off_by_itself(broker, make_overrides, me
     rest = Rest(f"http://127.0.0.1:{port}")
     record_of = lambda: days.read_day(config, day_start.date())  # noqa: E731
     try:
-        drain(["raw_archive", "sensor_aggregation", "ad_matching"], overrides, tmp_path / "apps.log")
+        drain_through_spark_submit(
+            ["raw_archive", "sensor_aggregation", "ad_matching"], overrides, tmp_path / "apps.log"
+        )
         for dag_id in DAGS:
             poll(
                 lambda dag_id=dag_id: rest.call("admin", "GET", f"/api/v2/dags/{dag_id}")["dag_id"],
@@ -270,7 +263,7 @@ def test_a_day_goes_from_open_to_signed_off_by_itself(broker, make_overrides, me
         time.sleep(max(0.0, (horizon_end - datetime.now(UTC)).total_seconds()) + 1)
         assert poll(lambda: overdue_metric(port) == 1, 60, "the deadline to show D overdue")
         produce(config, one_per_partition(config, datetime.now(UTC), "after-horizon"))
-        drain(["raw_archive"], overrides, tmp_path / "apps.log")
+        drain_through_spark_submit(["raw_archive"], overrides, tmp_path / "apps.log")
 
         final = poll(
             lambda: (r := record_of())["runs"].get("final", {}).get("finished_at") and r,
