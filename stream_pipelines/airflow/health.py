@@ -172,23 +172,37 @@ def _finite(value: float | None) -> float | None:
 # --------------------------------------------------------------------------- thresholds from the rules
 
 
+# The start every case of WatermarkLagHigh shares: N times the delay, nothing more to the right side.
+_LAG_THRESHOLD = re.compile(
+    r"pipeline_watermark_lag_seconds > ([0-9.]+) \* pipeline_watermark_delay_seconds(?![\w*/+-])"
+)
+
+
 def watermark_lag_factor(rules_path: Path = ALERT_RULES) -> float:
-    """How many watermark delays of lag fire WatermarkLagHigh, read from the alert rule itself."""
+    """How many watermark delays of lag fire WatermarkLagHigh, read from the alert rules themselves: each
+    of its cases starts with the same threshold (and adds what tells the case)."""
     document = yaml.safe_load(rules_path.read_text())
+    factors = set()
     for group in document.get("groups", []):
         for rule in group.get("rules", []):
             if rule.get("alert") == WATERMARK_LAG_ALERT:
                 expr = " ".join(str(rule["expr"]).split())
-                match = re.fullmatch(
-                    r"pipeline_watermark_lag_seconds > ([0-9.]+) \* pipeline_watermark_delay_seconds", expr
-                )
+                match = _LAG_THRESHOLD.match(expr)
                 if match is None:
                     raise ValueError(
                         f"{rules_path}: {WATERMARK_LAG_ALERT} is {expr!r}; the health page reads its "
-                        "threshold as 'pipeline_watermark_lag_seconds > N * pipeline_watermark_delay_seconds'"
+                        "threshold from a start 'pipeline_watermark_lag_seconds > N * "
+                        "pipeline_watermark_delay_seconds'"
                     )
-                return float(match.group(1))
-    raise ValueError(f"{rules_path}: no alert rule named {WATERMARK_LAG_ALERT}")
+                factors.add(float(match.group(1)))
+    if not factors:
+        raise ValueError(f"{rules_path}: no alert rule named {WATERMARK_LAG_ALERT}")
+    if len(factors) > 1:
+        raise ValueError(
+            f"{rules_path}: the cases of {WATERMARK_LAG_ALERT} disagree on the threshold: "
+            f"{', '.join(f'{factor:g}' for factor in sorted(factors))} times the delay"
+        )
+    return factors.pop()
 
 
 # --------------------------------------------------------------------------- the row of one app

@@ -270,9 +270,16 @@ def test_no_progress_for_the_watchdog_window_while_offsets_wait_is_stuck(tmp_pat
 def test_the_watermark_lag_threshold_is_read_from_the_alert_rule(tmp_path):
     rules = yaml.safe_load(health.ALERT_RULES.read_text())
     expressions = [
-        r["expr"] for g in rules["groups"] for r in g["rules"] if r.get("alert") == "WatermarkLagHigh"
+        " ".join(r["expr"].split())
+        for g in rules["groups"]
+        for r in g["rules"]
+        if r.get("alert") == "WatermarkLagHigh"
     ]
-    assert expressions == ["pipeline_watermark_lag_seconds > 2 * pipeline_watermark_delay_seconds"]
+    assert len(expressions) == 4, "one rule per case"
+    assert all(
+        e.startswith("pipeline_watermark_lag_seconds > 2 * pipeline_watermark_delay_seconds ")
+        for e in expressions
+    )
     assert health.watermark_lag_factor() == 2
 
     changed = tmp_path / "rules.yml"
@@ -280,6 +287,12 @@ def test_the_watermark_lag_threshold_is_read_from_the_alert_rule(tmp_path):
         health.ALERT_RULES.read_text().replace("> 2 * pipeline_watermark", "> 3 * pipeline_watermark")
     )
     assert health.watermark_lag_factor(changed) == 3
+    one_case_changed = tmp_path / "one_case.yml"
+    one_case_changed.write_text(
+        health.ALERT_RULES.read_text().replace("> 2 * pipeline_watermark", "> 3 * pipeline_watermark", 1)
+    )
+    with pytest.raises(ValueError, match="disagree on the threshold: 2, 3 times the delay"):
+        health.watermark_lag_factor(one_case_changed)
     reshaped = tmp_path / "reshaped.yml"
     reshaped.write_text(
         health.ALERT_RULES.read_text().replace("> 2 * pipeline_watermark", "> 600 + pipeline_watermark")

@@ -149,27 +149,10 @@ def test_the_config_reaches_the_stack_through_the_environment_and_is_taken_back(
 
 
 def test_the_goals_stand_beside_their_figures() -> None:
-    results = {
-        "goal": {"stack_cores": 0.5, "restart_s": 20.0, "freshness_p95_above_floor_triggers": 1.0},
-        "settle_s": 240,
-        "machine": {"usable_cpus": 2},
-        "kill_app": "sensor_aggregation",
-        "runs": [
-            measured_run(
-                "postgres",
-                2,
-                {
-                    "app sensor_aggregation": {
-                        "cpu_s": 90.0,
-                        "cpu_s_per_min": 18.0,
-                        "cores": 0.3,
-                        "pss_mib": 700,
-                    }
-                },
-            )
-        ],
-    }
-    lines = format_table(results).splitlines()
+    app = {"cpu_s": 90.0, "cpu_s_per_min": 18.0, "cores": 0.3, "pss_mib": 700.0}
+    lines = format_table(
+        results_of(measured_run("postgres", 2, {"app sensor_aggregation": app}))
+    ).splitlines()
     assert lines[0].endswith("Airflow on postgres, 2 scheduler(s)")
     total = next(line for line in lines if line.startswith("stack total"))
     assert total.split()[-2:] == ["<=", "0.5"]
@@ -178,6 +161,17 @@ def test_the_goals_stand_beside_their_figures() -> None:
     fresh = next(line for line in lines if line.startswith("freshness"))
     assert "p95 30.0s" in fresh and "above the floor 20.0s = 2.00 triggers" in fresh
     assert any("ad_matching not running at its end" in line for line in lines)
+
+
+def results_of(*runs: dict) -> dict:
+    """A bench-stack result around ``runs``, one per Airflow setup."""
+    return {
+        "goal": {"stack_cores": 0.5, "restart_s": 20.0, "freshness_p95_above_floor_triggers": 1.0},
+        "settle_s": 240,
+        "machine": {"usable_cpus": 2},
+        "kill_app": "sensor_aggregation",
+        "runs": list(runs),
+    }
 
 
 def measured_run(metadata: str, schedulers: int, parts: dict) -> dict:
@@ -200,28 +194,22 @@ def measured_run(metadata: str, schedulers: int, parts: dict) -> dict:
 
 def test_two_airflow_setups_are_tabled_each_and_then_side_by_side_part_by_part() -> None:
     app = {"cpu_s": 90.0, "cpu_s_per_min": 18.0, "cores": 0.3, "pss_mib": 700.0}
-    results = {
-        "goal": {"stack_cores": 0.5, "restart_s": 20.0, "freshness_p95_above_floor_triggers": 1.0},
-        "settle_s": 240,
-        "machine": {"usable_cpus": 2},
-        "kill_app": "sensor_aggregation",
-        "runs": [
-            measured_run("sqlite", 1, {"app raw_archive": app}),
-            measured_run(
-                "postgres",
-                2,
-                {
-                    "app raw_archive": app,
-                    "postgres (Airflow's metadata)": {
-                        "cpu_s": 6.0,
-                        "cpu_s_per_min": 1.2,
-                        "cores": 0.02,
-                        "pss_mib": 95.0,
-                    },
+    results = results_of(
+        measured_run("sqlite", 1, {"app raw_archive": app}),
+        measured_run(
+            "postgres",
+            2,
+            {
+                "app raw_archive": app,
+                "postgres (Airflow's metadata)": {
+                    "cpu_s": 6.0,
+                    "cpu_s_per_min": 1.2,
+                    "cores": 0.02,
+                    "pss_mib": 95.0,
                 },
-            ),
-        ],
-    }
+            },
+        ),
+    )
     table = format_table(results)
     side = table.split("side by side")[1].splitlines()
     assert "sqlite, 1 scheduler(s)" in side[1] and "postgres, 2 scheduler(s)" in side[1]
