@@ -1,7 +1,7 @@
 """`make chaos` in small: one fault of each class against raw_archive on a private stack whose data
 root, checkpoints, lease and control records are in a bucket of a loopback S3 server.
 
-The same script as `make chaos --store s3` (a real broker, PostgreSQL, Airflow's api-server, two
+The same script as `make chaos CHAOS_ARGS="--store s3"` (a real broker, PostgreSQL, Airflow's api-server, two
 schedulers and the dag-processor with the LocalExecutor, the live generator, spark-submit drivers), with
 one fault of each class that store allows in turn, and the same verification at the end: every produced
 offset archived exactly once, no gap, never two drivers of the app in any one-second sample of the
