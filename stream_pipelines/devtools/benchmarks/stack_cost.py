@@ -330,7 +330,7 @@ def private_stack(
                     "(is `make up` running? `make down` stops it)"
                 )
             with contextlib.redirect_stdout(sys.stderr):
-                if stack.up(config, rates, *([airflow] if airflow else [])) != 0:
+                if stack.up(config, rates, airflow or stack.AIRFLOW_HA) != 0:
                     raise BenchmarkError(f"the stack did not start; logs under {stack.stack_dir(config)}")
             yield config
     finally:
