@@ -81,3 +81,29 @@ def test_a_cluster_whose_state_was_deleted_is_replaced_not_refused(tmp_path):
 def test_the_state_holding_the_password_is_readable_by_its_owner_only(server, tmp_path):
     mode = (tmp_path / "postgres" / postgres.STATE_FILE).stat().st_mode & 0o777
     assert mode == 0o600, oct(mode)
+
+
+def test_a_session_left_idle_inside_a_transaction_loses_its_locks(monkeypatch, tmp_path):
+    """A scheduler killed inside a transaction leaves it open (its forked workers hold the socket); its
+    row lock would stop every other scheduler. The airflow role's sessions end when idle in a transaction:
+    a minute as shipped, two seconds here so that the other session's wait shows it."""
+    monkeypatch.setattr(postgres, "IDLE_IN_TRANSACTION_TIMEOUT", "2s")
+    server = LocalPostgres(tmp_path / "postgres").start()
+    try:
+        with server.connect(DATABASE) as setup:
+            setup.execute("create table slot_pool (id int primary key)")
+            setup.execute("insert into slot_pool values (1)")
+        stuck = server.connect(DATABASE)
+        stuck.autocommit = False
+        stuck.execute("select * from slot_pool where id = 1 for update")  # then silence, as if killed
+        with server.connect(DATABASE) as other:
+            other.execute("set lock_timeout = '20s'")
+            assert other.execute("select id from slot_pool where id = 1 for update").fetchone() == (1,)
+        with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout):
+            stuck.execute("select 1")  # the server ended the idle session
+    finally:
+        server.remove()
+
+
+def test_the_shipped_idle_in_transaction_limit_is_a_minute(server):
+    assert server.database().query_one("show idle_in_transaction_session_timeout") == ("1min",)
