@@ -90,8 +90,19 @@ from stream_pipelines.devtools.processes import (
     process_table,
     started_with,
     stop_process_group,
+    stop_processes,
 )
-from stream_pipelines.devtools.stack import SCHEDULERS, metadata_server
+from stream_pipelines.devtools.stack import (
+    SCHEDULERS,
+    airflow_components,
+    airflow_environment,
+    generator_component,
+    metadata_server,
+    migrate_airflow_db,
+    stack_dir,
+    start_component,
+    stop_components,
+)
 from stream_pipelines.devtools.yarn import LocalYarn
 
 DEFAULT_ROOT = PROJECT_ROOT / "data" / "chaos"
@@ -479,8 +490,6 @@ class Stack:
     # ---- environment and components
 
     def environment(self) -> dict[str, str]:
-        from stream_pipelines.devtools.stack import airflow_environment
-
         environment = airflow_environment(self.config, self.metadata.database(), self.airflow_port)
         environment.update(
             {
@@ -501,8 +510,6 @@ class Stack:
 
     def keeper_restarts(self) -> dict[str, int]:
         """How often each Airflow component's keeper has started it again (its log's own lines)."""
-        from stream_pipelines.devtools.stack import stack_dir
-
         counts = {}
         for name in AIRFLOW_COMPONENTS:
             log = stack_dir(self.config) / "logs" / f"{name}.log"
@@ -514,8 +521,6 @@ class Stack:
         return Path(self.environment()["AIRFLOW_HOME"])
 
     def components(self) -> dict[str, Any]:
-        from stream_pipelines.devtools.stack import airflow_components, generator_component
-
         found = {c.name: c for c in airflow_components(self.airflow_port) if c.name in AIRFLOW_COMPONENTS}
         found["generator"] = generator_component(
             self.seed, rate=self.rate, ad_rate=self.ad_rate, duration_s=21600
@@ -523,13 +528,9 @@ class Stack:
         return found
 
     def start_component(self, name: str) -> int:
-        from stream_pipelines.devtools.stack import start_component
-
         return start_component(self.config, self.components()[name], self.environment())
 
     def pid(self, name: str) -> int | None:
-        from stream_pipelines.devtools.stack import stack_dir
-
         try:
             pid = int((stack_dir(self.config) / f"{name}.pid").read_text())
         except (FileNotFoundError, ValueError):
@@ -555,7 +556,6 @@ class Stack:
     # ---- up and down
 
     def up(self) -> None:
-        from stream_pipelines.devtools.stack import migrate_airflow_db
         from stream_pipelines.kafka.topics import ensure_topics
 
         if self.root.exists():
@@ -607,9 +607,6 @@ class Stack:
         say("Airflow started: " + ", ".join(f"{name} pid {self.pid(name)}" for name in AIRFLOW_COMPONENTS))
 
     def stop_airflow(self) -> None:
-        from stream_pipelines.devtools.processes import stop_processes
-        from stream_pipelines.devtools.stack import stop_components
-
         below = stop_components(self.config, ["generator", *reversed(AIRFLOW_COMPONENTS)])
         # A stray's pid may belong to another process by now (a long run): only Airflow's own processes
         # (titled "airflow ...": executor workers, task runners) are stopped, never a driver.

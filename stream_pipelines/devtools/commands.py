@@ -6,14 +6,16 @@ package that ships to a cluster leaves the tooling out, and with it these comman
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 from stream_pipelines.cli import UserFacingError
 from stream_pipelines.core.config import PipelineConfig
+from stream_pipelines.devtools.postgres import PostgresError
 from stream_pipelines.kafka.clients import check_access
 
 
@@ -196,20 +198,23 @@ def local_servers_status(config: PipelineConfig) -> list[str]:
 
 def _up(config: PipelineConfig, args: argparse.Namespace) -> int:
     from stream_pipelines.devtools import stack
-    from stream_pipelines.devtools.postgres import PostgresError
 
-    try:
+    with _metadata_database_errors_said():
         return stack.up(config)
-    except PostgresError as error:
-        raise UserFacingError(f"Airflow's metadata database: {error}") from None
 
 
 def _down(config: PipelineConfig, args: argparse.Namespace) -> int:
     from stream_pipelines.devtools import stack
-    from stream_pipelines.devtools.postgres import PostgresError
 
-    try:
+    with _metadata_database_errors_said():
         return stack.down(config)
+
+
+@contextlib.contextmanager
+def _metadata_database_errors_said() -> Iterator[None]:
+    """A PostgreSQL that will not start or stop is one line for the user, naming what it is."""
+    try:
+        yield
     except PostgresError as error:
         raise UserFacingError(f"Airflow's metadata database: {error}") from None
 
