@@ -62,14 +62,19 @@ def run(*command: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT, check=False)
 
 
+def alert_name(alert: str, labels: dict[str, str]) -> str:
+    """An alert's name here: "<alert>/<case>" for an alert with cases, the bare alert otherwise."""
+    case = labels.get("case")
+    return f"{alert}/{case}" if case else alert
+
+
 def alerting_rules() -> dict[str, dict[str, Any]]:
     rules: dict[str, dict[str, Any]] = {}
     for path in RULE_FILES:
         for group in yaml.safe_load(path.read_text())["groups"]:
             for rule in group["rules"]:
                 if "alert" in rule:
-                    case = rule.get("labels", {}).get("case")
-                    name = f"{rule['alert']}/{case}" if case else rule["alert"]
+                    name = alert_name(rule["alert"], rule.get("labels", {}))
                     assert name not in rules, f"alert {name} is defined twice"
                     rules[name] = rule
     return rules

@@ -21,7 +21,7 @@ from stream_pipelines.core.registry import app as declared_app
 from stream_pipelines.observability.metrics import MetricsExporter
 from stream_pipelines.observability.monitoring_rules import RULES_DIR, render_prometheus_config
 from tests.monitoring_stack import api, prometheus_server, wait_until
-from tests.test_alert_rules import ALERTS
+from tests.test_alert_rules import ALERTS, alert_name
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -156,7 +156,9 @@ def test_prometheus_sees_the_watermark_lag_of_the_running_query(
 
 def test_prometheus_loads_the_alert_rules(prometheus: str) -> None:
     groups = api(prometheus, "/api/v1/rules", type="alert")["groups"]
-    alerts = {rule["name"]: rule for group in groups for rule in group["rules"]}
+    alerts = {
+        alert_name(rule["name"], rule.get("labels", {})): rule for group in groups for rule in group["rules"]
+    }
     assert set(alerts) == ALERTS
     # Rules evaluate against live data without errors.
     wait_until(
