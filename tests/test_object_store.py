@@ -175,3 +175,10 @@ def test_ad_matching_on_s3_agrees_with_the_nightly_exact_recompute(broker, make_
     assert report["inputs"]["ad_matches_path"] == AD_MATCHES.location(config)
     assert report["inputs"]["archive_rows_read"] == archive_day.rows
     assert [d for d in report["ad_match_diffs"] if d["verdict"] == "unexplained"] == []
+    # The quality gates ran in the job's driver and published their Data Docs to the bucket.
+    assert [gate["success"] for gate in report["quality_gates"]] == [True, True, True]
+    gx_home = f"{config.data_path('gx')}/"
+    assert gx_home.startswith("s3a://") or gx_home.startswith("s3://"), gx_home
+    assert all(gate["data_docs"].startswith(gx_home) for gate in report["quality_gates"]), report[
+        "quality_gates"
+    ]

@@ -12,6 +12,8 @@ from pyspark.sql import functions as F
 from stream_pipelines.core import store
 from stream_pipelines.core.registry import COMPLIANCE_WINDOWS
 from stream_pipelines.quality import gates as quality_gates
+from stream_pipelines.quality import nightly_job
+from stream_pipelines.reconciliation.report import report_dir
 from tests.conftest import make_overrides_config
 
 compliance_dir = COMPLIANCE_WINDOWS.location
@@ -60,41 +62,6 @@ def write_archive(spark, config) -> None:
     frame.write.partitionBy("topic", "arrival_date").parquet(config.data_path("archive"))
 
 
-def test_clean_tables_pass_and_unknown_sensors_only_warn(spark, config):
-    write_archive(spark, config)
-    windows = [
-        window(0, "sensor-0001", 20.0, 30.0, 10.0, 2),
-        window(0, "sensor-9999", 5.0, 5.0, 5.0, 1, False),
-    ]
-    spark.createDataFrame(windows, WINDOW_COLUMNS).write.parquet(config.output_dir("sensor_windows"))
-    spark.createDataFrame(windows, WINDOW_COLUMNS).withColumn(
-        "event_date", F.lit(DAY.isoformat())
-    ).write.partitionBy("event_date").parquet(compliance_dir(config))
-
-    raw = quality_gates.enforce(quality_gates.raw_events_gate(config, DAY, spark))
-    assert raw.rows == 2 and raw.quarantine["sensors"] == {"broken_json": 1}
-    outputs = quality_gates.enforce(quality_gates.streaming_outputs_gate(config, DAY, spark))
-    assert outputs.success and any("known_sensor" in w for w in outputs.warnings)
-    compliance = quality_gates.enforce(quality_gates.compliance_gate(config, DAY, spark))
-    assert compliance.success and compliance.rows == 2
-    assert compliance.data_docs and Path(compliance.data_docs.removeprefix("file://")).is_file()
-
-
-def test_duplicate_windows_and_an_average_above_the_maximum_fail_critically(spark, config):
-    broken = [
-        window(0, "sensor-0001", 20.0, 30.0, 10.0, 2),
-        window(0, "sensor-0001", 20.0, 30.0, 10.0, 2),  # the same window twice
-        window(5, "sensor-0001", 35.0, 30.0, 10.0, 2),  # avg above max
-    ]
-    spark.createDataFrame(broken, WINDOW_COLUMNS).write.parquet(config.output_dir("sensor_windows"))
-    result = quality_gates.streaming_outputs_gate(config, DAY, spark)
-    assert not result.success
-    failed = " ".join(result.critical_failures)
-    assert "expect_compound_columns_to_be_unique" in failed and "max_minus_avg" in failed
-    with pytest.raises(quality_gates.QualityGateFailed, match="streaming_outputs"):
-        quality_gates.enforce(result)
-
-
 def test_data_docs_are_published_to_the_object_store_and_linked_from_the_result(
     spark, make_overrides, s3_root, tmp_path
 ):
@@ -118,3 +85,71 @@ def test_data_docs_are_published_to_the_object_store_and_linked_from_the_result(
     assert any(name.startswith("validations/") for name in published), published
     assert "streaming_outputs" in (site / "index.html").read_text()
     assert (tmp_path / "scratch" / "gx").is_dir()
+
+
+# --------------------------------------------------------------------------- the nightly job
+
+
+def test_the_nightly_job_gates_clean_tables_with_unknown_sensors_as_a_warning_in_one_report(spark, config):
+    """The raw events gate, the reconciliation and the output gates run in one driver; the report holds
+    the three results with their Data Docs links; an unknown sensor only warns."""
+    write_archive(spark, config)
+    windows = [
+        window(0, "sensor-0001", 20.0, 30.0, 10.0, 2),
+        window(0, "sensor-9999", 5.0, 5.0, 5.0, 1, False),
+    ]
+    spark.createDataFrame(windows, WINDOW_COLUMNS).write.parquet(config.output_dir("sensor_windows"))
+
+    result = nightly_job.run_nightly(config, DAY, spark=spark)
+    assert result.status == "passed"
+    written = json.loads(Path(result.report_json).read_text())
+    raw, outputs, compliance = written["quality_gates"]
+    assert (raw["suite"], outputs["suite"], compliance["suite"]) == (
+        quality_gates.RAW_EVENTS,
+        quality_gates.STREAMING_OUTPUTS,
+        quality_gates.COMPLIANCE,
+    )
+    assert raw["success"] and raw["rows"] == 2 and raw["quarantine"]["sensors"] == {"broken_json": 1}
+    assert outputs["success"] and any("known_sensor" in warning for warning in outputs["warnings"])
+    # The compliance partition the job itself wrote: the exact recompute's one window.
+    assert compliance["success"] and compliance["rows"] == result.compliance_rows == 1
+    assert all(
+        Path(gate["data_docs"].removeprefix("file://")).is_file() for gate in (raw, outputs, compliance)
+    )
+    assert "raw_events" in Path(result.report_html).read_text()
+
+
+def test_a_critical_failure_on_the_raw_events_stops_the_nightly_job_before_it_writes_anything(spark, config):
+    rows = [("sensors", 0, 0, None, b"{}", None, None, datetime(2026, 1, 1, 0, 1, 6))]  # no Kafka timestamp
+    spark.createDataFrame(
+        rows,
+        "topic string, partition int, offset long, key string, value binary, kafka_timestamp timestamp, "
+        "source_file string, archived_at timestamp",
+    ).withColumn("arrival_date", F.lit(DAY.isoformat())).write.partitionBy("topic", "arrival_date").parquet(
+        config.data_path("archive")
+    )
+    with pytest.raises(quality_gates.QualityGateFailed, match=r"raw_events failed.*kafka_timestamp"):
+        nightly_job.run_nightly(config, DAY, spark=spark)
+    assert not report_dir(config, DAY.isoformat()).exists()
+    assert not Path(compliance_dir(config)).exists()
+
+
+def test_duplicate_windows_and_an_average_above_the_maximum_fail_the_nightly_job_after_its_report(
+    spark, config
+):
+    write_archive(spark, config)
+    broken = [
+        window(0, "sensor-0001", 20.0, 30.0, 10.0, 2),
+        window(0, "sensor-0001", 20.0, 30.0, 10.0, 2),  # the same window twice
+        window(5, "sensor-0001", 35.0, 30.0, 10.0, 2),  # avg above max
+    ]
+    spark.createDataFrame(broken, WINDOW_COLUMNS).write.parquet(config.output_dir("sensor_windows"))
+    with pytest.raises(quality_gates.QualityGateFailed, match="streaming_outputs") as failed:
+        nightly_job.run_nightly(config, DAY, spark=spark)
+    named = " ".join(failed.value.result.critical_failures)
+    assert "expect_compound_columns_to_be_unique" in named and "max_minus_avg" in named
+    # The report was written first, and shows which gate failed.
+    written = json.loads((report_dir(config, DAY.isoformat()) / "report.json").read_text())
+    assert [gate["suite"] for gate in written["quality_gates"] if not gate["success"]] == [
+        quality_gates.STREAMING_OUTPUTS
+    ]

@@ -557,8 +557,9 @@ def test_the_reconciliation_on_hdfs_equals_the_same_run_over_local_data(
     sensor_aggregation, their checkpoints and batch log; the day compacted on the store (the compaction
     job, through spark-submit); then the nightly job in YARN cluster mode (its driver in an
     ApplicationMaster container of the session's YARN), reading the compacted day: its ledger, verdicts
-    and compliance rows equal the local run's, and its report names the remote inputs. The same steps
-    on S3 run with ad_matching in tests/test_object_store.py."""
+    and compliance rows equal the local run's, its quality gates pass with their Data Docs on HDFS, and
+    its report names the remote inputs. The same steps on S3 run with ad_matching in
+    tests/test_object_store.py."""
     overrides = [
         *overrides_for(
             tmp_path / "unused",
@@ -599,6 +600,14 @@ def test_the_reconciliation_on_hdfs_equals_the_same_run_over_local_data(
     }
     assert remote["inputs"]["archive_rows_read"] == archive_day.rows
     assert remote["late_event_ledger"]["count"] == len(LATE_EVENTS)
+    # The quality gates ran in the same driver, in YARN, and published their Data Docs to HDFS.
+    gates = remote["quality_gates"]
+    assert [(gate["suite"], gate["success"]) for gate in gates] == [
+        ("raw_events", True),
+        ("streaming_outputs", True),
+        ("compliance_table", True),
+    ]
+    assert all(gate["data_docs"].startswith(f"{config.data_path('gx')}/") for gate in gates), gates
     assert compliance_rows_on_store(config) == pytest.approx(compliance_rows(spark, reconciled.config))
     assert compliance_rows_on_store(config) == pytest.approx(EXPECTED_COMPLIANCE)
 

@@ -1,8 +1,8 @@
 """What the nightly reconciliation DAG's tasks do; the DAG file only wires these together.
 
 The config comes from the environment exactly as for the apps (PIPELINE_ENV, PIPELINE__SECTION__KEY);
-the reconciliation itself runs through spark-submit with the streaming apps' Spark settings, and the
-quality gates run in the task's own process on a local session.
+the nightly job (quality gates and reconciliation in one driver: stream_pipelines.quality.nightly_job)
+runs through spark-submit with the streaming apps' Spark settings.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from datetime import date, datetime
 from typing import Any
 
 from stream_pipelines.airflow import task_config
-from stream_pipelines.core.config import PipelineConfig
 from stream_pipelines.launching.submit import reconcile_submit_command, submit_environment
 
 log = logging.getLogger(__name__)
@@ -65,21 +64,6 @@ def requested_kind(triggering_events: Any, day: str) -> str | None:
     return None
 
 
-def _spark(config: PipelineConfig, name: str):
-    from stream_pipelines.driver.runtime import get_spark
-
-    return get_spark(config, name)
-
-
-def gate_raw_events(day: str) -> dict[str, Any]:
-    from stream_pipelines.quality import gates as quality_gates
-
-    config = task_config()
-    result = quality_gates.raw_events_gate(config, date.fromisoformat(day), _spark(config, "nightly_gx"))
-    print(f"raw events gate: {result.as_json()}")
-    return quality_gates.enforce(result).as_json()
-
-
 def _job_line_level(line: str) -> int:
     """The logging level of a line of spark-submit output: Spark's own, else INFO."""
     spark_level = _SPARK_LOG_LEVEL.match(line)
@@ -87,15 +71,16 @@ def _job_line_level(line: str) -> int:
 
 
 def reconcile(day: str) -> str:
-    """spark-submit the package's spark_apps/reconcile.py for D; a non-zero exit fails the task with the
-    job's message."""
+    """spark-submit the package's spark_apps/reconcile.py for D: the raw events gate, the reconciliation
+    and the output gates in one driver; a non-zero exit fails the task with the job's verdict. Returns
+    the path of D's report."""
+    from stream_pipelines.reconciliation.report import report_dir  # matplotlib: not at the DAG's parse
 
+    config = task_config()
     run_logged(
-        reconcile_submit_command(task_config(), date.fromisoformat(day)),
-        "reconcile",
-        f"reconciliation of {day}",
+        reconcile_submit_command(config, date.fromisoformat(day)), "reconcile", f"nightly job of {day}"
     )
-    return day
+    return str(report_dir(config, day) / "report.html")
 
 
 def run_logged(command: list[str], verdict_prefix: str, what: str) -> None:
@@ -122,28 +107,3 @@ def run_logged(command: list[str], verdict_prefix: str, what: str) -> None:
     if job.returncode != 0:
         detail = verdicts[-1] if verdicts else "\n".join(last_lines)
         raise RuntimeError(f"{what} exited {job.returncode}: {detail}")
-
-
-def gate_outputs(day: str) -> list[dict[str, Any]]:
-    from stream_pipelines.quality import gates as quality_gates
-
-    config = task_config()
-    spark = _spark(config, "nightly_gx")
-    results = [
-        quality_gates.streaming_outputs_gate(config, date.fromisoformat(day), spark),
-        quality_gates.compliance_gate(config, date.fromisoformat(day), spark),
-    ]
-    quality_gates.attach_to_report(config, date.fromisoformat(day), results)
-    for result in results:
-        print(f"{result.suite} gate: {result.as_json()}")
-        quality_gates.enforce(result)
-    return [r.as_json() for r in results]
-
-
-def publish_report(day: str, raw_gate: dict[str, Any], output_gates: list[dict[str, Any]]) -> str:
-    """Attach every gate's result to D's report; returns the HTML report's path."""
-    from stream_pipelines.reconciliation.report import report_dir, update_report
-
-    folder = report_dir(task_config(), day)
-    update_report(folder, "quality_gates", [raw_gate, *output_gates])
-    return str(folder / "report.html")

@@ -1,2 +1,3 @@
-"""The data quality gates around the nightly reconciliation (``gates``), and the Data Docs' vendored
-assets so the site opens offline (``data_docs_assets``)."""
+"""The data quality gates around the nightly reconciliation (``gates``), the nightly job that runs them
+and the reconciliation in one driver (``nightly_job``), and the Data Docs' vendored assets so the site
+opens offline (``data_docs_assets``)."""

@@ -23,7 +23,6 @@ from stream_pipelines.core import registry, store
 from stream_pipelines.inputs.parsing import CLICK, IMPRESSION, SENSOR_READING
 from stream_pipelines.quality.data_docs_assets import localize
 from stream_pipelines.reconciliation import events
-from stream_pipelines.reconciliation.report import report_dir, update_report
 from stream_pipelines.tables.day_reader import read_dataset_day
 
 if TYPE_CHECKING:
@@ -256,11 +255,3 @@ def enforce(result: GateResult) -> GateResult:
     if not result.success:
         raise QualityGateFailed(result)
     return result
-
-
-def attach_to_report(config: PipelineConfig, day: date, results: list[GateResult]) -> None:
-    """Add the gate results (and Data Docs links) to day D's reconciliation report, if it exists."""
-
-    folder = report_dir(config, day.isoformat())
-    if (folder / "report.json").is_file():
-        update_report(folder, "quality_gates", [r.as_json() for r in results])

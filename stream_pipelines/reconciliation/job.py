@@ -14,7 +14,6 @@ the aggregations are the streaming apps' own functions, called without a waterma
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import importlib.metadata
 import subprocess
@@ -29,15 +28,14 @@ from pyspark.sql import functions as F
 
 from stream_pipelines.apps.sensor_aggregation import enrich_with_metadata, tumbling_window_stats
 from stream_pipelines.core import registry
-from stream_pipelines.core.config import PipelineConfig, add_config_arguments, config_or_report
-from stream_pipelines.core.exit_codes import ExitCode
+from stream_pipelines.core.config import PipelineConfig
 from stream_pipelines.core.shipped import DISTRIBUTION, source_checkout
 from stream_pipelines.driver import batch_log
 from stream_pipelines.driver.runtime import get_spark
 from stream_pipelines.inputs.parsing import CLICK, IMPRESSION, SENSOR_READING
 from stream_pipelines.inputs.sensor_metadata import sensor_metadata_frame
 from stream_pipelines.reconciliation import ads, advisor, diff, events, ledger, report
-from stream_pipelines.tables import maintenance, retention
+from stream_pipelines.tables import maintenance
 from stream_pipelines.tables.day_reader import read_dataset_day
 
 if TYPE_CHECKING:
@@ -142,11 +140,14 @@ def run_reconciliation(
     *,
     spark: SparkSession | None = None,
     fail_on_unexplained: bool = True,
+    write_the_report: bool = True,
     progress: Callable[[str], None] = lambda step: None,
 ) -> ReconciliationResult:
     """Reconcile event day ``day``; raises UnexplainedDifferences (after writing the report) on failure,
     and RetentionPassed (before reading anything) when retention has removed part of the day's inputs.
 
+    ``write_the_report=False`` leaves the report to the caller, who adds to the result first (the nightly
+    job its quality gates) and writes it with ``write_report``; it implies the caller raises, too.
     ``progress`` hears each step as it starts, for a log that shows where a long run is.
     """
 
@@ -163,11 +164,11 @@ def run_reconciliation(
     try:
         result = summarize(spark, config, inputs, deliveries, sensors, matches, advice, progress)
         progress(f"status {result.status}: writing the ledger, the compliance table and the report")
-        publish(config, sensors, result, started)
+        publish(config, sensors, result, started, write_the_report)
     finally:
         for frame in (sensors.compared, sensors.ledger, sensors.assigned, deliveries.sensors, inputs.archive):
             frame.unpersist()
-    if result.unexplained and fail_on_unexplained:
+    if result.unexplained and fail_on_unexplained and write_the_report:
         raise UnexplainedDifferences(result)
     return result
 
@@ -557,9 +558,14 @@ def input_notes(
 
 
 def publish(
-    config: PipelineConfig, sensors: SensorReconciliation, result: ReconciliationResult, started: float
+    config: PipelineConfig,
+    sensors: SensorReconciliation,
+    result: ReconciliationResult,
+    started: float,
+    write_the_report: bool = True,
 ) -> None:
-    """Write the ledger, the compliance table and the report; records what it wrote on ``result``."""
+    """Write the ledger, the compliance table and (unless the caller will) the report; records what it
+    wrote on ``result``."""
     ledger_dir = registry.LATE_EVENT_LEDGER.location(config)
     folder = report.report_dir(config, result.day)
     result.outputs.update({"ledger": ledger_dir, "report_dir": str(folder)})
@@ -572,7 +578,8 @@ def publish(
     else:
         result.notes.append("compliance table NOT updated for this day: unexplained diffs")
     result.inputs["duration_s"] = round(time.monotonic() - started, 1)
-    write_report(result, folder)
+    if write_the_report:
+        write_report(result, folder)
 
 
 def write_report(result: ReconciliationResult, folder: Path) -> None:
@@ -649,32 +656,7 @@ def code_version() -> str:
         return "unknown"
 
 
-# --------------------------------------------------------------------------- entry points
-
-
-def argument_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=APP, description=__doc__)
-    add_config_arguments(parser)
-    parser.add_argument("--date", required=True, type=date.fromisoformat, help="event day D (YYYY-MM-DD)")
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = argument_parser().parse_args(argv)
-    config = config_or_report(args, APP)
-    if config is None:
-        return ExitCode.BAD_CONFIG
-    try:
-        result = run_reconciliation(config, args.date, progress=progress_printer())
-    except (UnexplainedDifferences, retention.RetentionPassed) as failure:
-        print(f"{APP}: {failure}", file=sys.stderr)
-        return ExitCode.FAILED
-    print(
-        f"{APP}: {result.day} {result.status}: {result.window_counts}; ledger {result.ledger_count}; "
-        f"report {result.report_html}",
-        file=sys.stderr,
-    )
-    return ExitCode.OK
+# --------------------------------------------------------------------------- progress
 
 
 def progress_printer() -> Callable[[str], None]:

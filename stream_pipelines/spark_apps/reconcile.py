@@ -1,8 +1,8 @@
-"""spark-submit entry point; the job lives in stream_pipelines.reconciliation.job."""
+"""spark-submit entry point; the job lives in stream_pipelines.quality.nightly_job."""
 
 import sys
 
-from stream_pipelines.reconciliation.job import main
+from stream_pipelines.quality.nightly_job import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,5 +1,6 @@
-"""The reconciliation of one event day D: claim -> GX on raw events -> reconcile (spark-submit) -> GX on
-outputs -> report -> record -> ask_sign_off.
+"""The reconciliation of one event day D: claim -> reconcile (one spark-submit: the Great Expectations gate
+on D's raw events, the exact recompute and diff, the gates on the outputs, the report) -> record ->
+ask_sign_off.
 
 Started by the data, not the clock: reconciliation_days emits the reconciliation_day_due asset for D
 when D closes (a provisional run) and when D is final (the final run); this DAG runs once per such event,
@@ -8,8 +9,8 @@ skipped at ``claim``. A manual run with the ``date`` param (YYYY-MM-DD) always r
 like any other; with ``declare_final`` (why) it makes a day the data will never close final by hand. A
 final run's report asks a reviewer for a sign-off (compliance_sign_off) from ``ask_sign_off``.
 
-Wiring only: the tasks' logic is in stream_pipelines.airflow.nightly and .day_states, which import
-Spark and Great Expectations only inside the functions that run them, so parsing this file loads neither.
+Wiring only: the tasks' logic is in stream_pipelines.airflow.nightly and .day_states; Spark and Great
+Expectations load in the job's driver, never in this file's parse or in a task's process.
 """
 
 from __future__ import annotations
@@ -68,20 +69,8 @@ with DAG(
         return day_states.claim_run(day, requested, manual, context["dag_run"].run_id, declared)
 
     @task
-    def gx_raw_events(day: str, kind: str) -> dict:
-        return nightly.gate_raw_events(day)
-
-    @task
-    def reconcile(day: str, raw_gate: dict) -> str:
+    def reconcile(day: str, kind: str) -> str:
         return nightly.reconcile(day)
-
-    @task
-    def gx_outputs(day: str) -> list:
-        return nightly.gate_outputs(day)
-
-    @task
-    def report(day: str, raw_gate: dict, output_gates: list) -> str:
-        return nightly.publish_report(day, raw_gate, output_gates)
 
     @task
     def record(day: str, kind: str, report_html: str) -> dict:
@@ -100,9 +89,6 @@ with DAG(
 
     event_day = choose_day()
     kind = claim(event_day)
-    raw = gx_raw_events(event_day, kind)
-    reconciled = reconcile(event_day, raw)
-    outputs = gx_outputs(reconciled)
-    published = report(reconciled, raw, outputs)
-    ask_sign_off(event_day, record(event_day, kind, published))
-    record_failure(event_day, kind).set_upstream([raw, reconciled, outputs, published])
+    reconciled = reconcile(event_day, kind)
+    ask_sign_off(event_day, record(event_day, kind, reconciled))
+    record_failure(event_day, kind).set_upstream(reconciled)
