@@ -20,6 +20,7 @@ from stream_pipelines.devtools.benchmarks.stack_cost import (
     TumblingWatcher,
     airflow_setups,
     app_label,
+    component_roots,
     cpu_by_label,
     environment_overrides,
     format_table,
@@ -69,6 +70,17 @@ def test_each_process_belongs_to_its_nearest_labelled_ancestor() -> None:
         33: app_label("sensor_aggregation"),
         40: BROKER,
     }
+
+
+def test_a_kept_scheduler_is_its_own_part_and_only_what_runs_tasks_under_it_is_the_task_runners() -> None:
+    """Under a keeper (60), the scheduler (20) is the keeper's child: the walk up from the app's JVM
+    stops at the scheduler, not at the keeper, so the scheduler's own CPU is not the task runners'."""
+    kept = {**TABLE, 60: proc(60, 10), 20: proc(20, 60)}
+    roots = component_roots(kept, {60: "airflow-scheduler"}, kept_pids={60})
+    assert roots == {60: "airflow-scheduler", 20: "airflow-scheduler"}
+    labels = label_processes(kept, roots, {30: "sensor_aggregation"})
+    assert labels[20] == labels[21] == labels[60] == "airflow-scheduler"
+    assert labels[22] == labels[23] == TASK_RUNNERS
 
 
 def test_cpu_per_part_counts_new_processes_whole_and_ended_ones_not_at_all() -> None:

@@ -47,7 +47,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC
 from pathlib import Path
@@ -132,6 +132,19 @@ def label_processes(
         for member in (*chain, current):
             found[member] = label
     return found
+
+
+def component_roots(
+    table: Mapping[int, Proc], recorded: Mapping[int, str], kept_pids: Collection[int]
+) -> dict[int, str]:
+    """The processes that head each stack component: its recorded pid, and under a keeper (whose pid
+    is the one recorded) the keeper's children too, so that the component itself is its own part and
+    only what it starts for tasks counts as task runners."""
+    roots = dict(recorded)
+    for pid, process in table.items():
+        if process.ppid in kept_pids and process.ppid in recorded:
+            roots[pid] = recorded[process.ppid]
+    return roots
 
 
 def cpu_by_label(
@@ -383,11 +396,14 @@ def stack_parts(config: PipelineConfig, table: Mapping[int, Proc]) -> StackParts
     from stream_pipelines.devtools import stack
     from stream_pipelines.devtools.broker import LocalBroker
 
-    roots = {}
+    recorded, kept = {}, set()
     for component in stack.components(config):
         pid = stack.recorded_pid(config, component.name)
         if pid and pid in table:
-            roots[pid] = component.name
+            recorded[pid] = component.name
+            if component.kept:
+                kept.add(pid)
+    roots = component_roots(table, recorded, kept)
     broker = LocalBroker(config).status()
     if broker.pid:
         roots[broker.pid] = BROKER
