@@ -147,7 +147,8 @@ def run_reconciliation(
     and RetentionPassed (before reading anything) when retention has removed part of the day's inputs.
 
     ``write_the_report=False`` leaves the report to the caller, who adds to the result first (the nightly
-    job its quality gates) and writes it with ``write_report``; it implies the caller raises, too.
+    job its quality gates) and writes it with ``write_report``; such a caller also passes
+    ``fail_on_unexplained=False`` and raises once the report is written.
     ``progress`` hears each step as it starts, for a log that shows where a long run is.
     """
 
@@ -168,7 +169,7 @@ def run_reconciliation(
     finally:
         for frame in (sensors.compared, sensors.ledger, sensors.assigned, deliveries.sensors, inputs.archive):
             frame.unpersist()
-    if result.unexplained and fail_on_unexplained and write_the_report:
+    if result.unexplained and fail_on_unexplained:
         raise UnexplainedDifferences(result)
     return result
 

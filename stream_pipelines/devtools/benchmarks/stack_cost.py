@@ -137,12 +137,12 @@ def label_processes(
 def component_roots(
     table: Mapping[int, Proc], recorded: Mapping[int, str], kept_pids: Collection[int]
 ) -> dict[int, str]:
-    """The processes that head each stack component: its recorded pid, and under a keeper (whose pid
-    is the one recorded) the keeper's children too, so that the component itself is its own part and
-    only what it starts for tasks counts as task runners."""
+    """The processes that head each stack component: its recorded pid, and for a kept one (``kept_pids``,
+    a subset of ``recorded``: the keeper's pid is the one recorded) the keeper's children too, so that
+    the component itself is its own part and only what it starts for tasks counts as task runners."""
     roots = dict(recorded)
     for pid, process in table.items():
-        if process.ppid in kept_pids and process.ppid in recorded:
+        if process.ppid in kept_pids:
             roots[pid] = recorded[process.ppid]
     return roots
 
