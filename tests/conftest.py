@@ -555,18 +555,28 @@ def files_source_overrides(replay_root: Path) -> list[str]:
     return ["source.kind=files", f"source.files_dir={replay_root}", "source.max_files_per_trigger=1"]
 
 
-def run_in_process(spark, config: PipelineConfig, app_module, trigger: str = "available-now"):
-    """Run a real app's queries in this process (shared session); returns (exit code, queries)."""
+def run_in_process(
+    spark, config: PipelineConfig, app_module, trigger: str = "available-now", *, batch_log: bool = False
+):
+    """Run a real app's queries in this process (shared session); returns (exit code, queries). With
+    ``batch_log``, the batch log is kept as the app's driver keeps it (what the day states read)."""
+    from stream_pipelines.driver.batch_log import BatchLogRecorder
     from stream_pipelines.driver.lifecycle import run_streams
 
+    app = declared_app(app_module.APP)
+    recorder = BatchLogRecorder(config, app.name) if batch_log else None
     queries: list = []
-    ended = run_streams(
-        config,
-        declared_app(app_module.APP),
-        app_module.build_sinks(spark, config),
-        trigger,
-        on_started=queries.extend,
-    )
+
+    def started(running: list) -> None:
+        queries.extend(running)
+        if recorder is not None:
+            recorder.start(running)
+
+    try:
+        ended = run_streams(config, app, app_module.build_sinks(spark, config), trigger, on_started=started)
+    finally:
+        if recorder is not None:
+            recorder.stop()
     return ended.code, {query.name.split(".", 1)[1]: query for query in queries}
 
 

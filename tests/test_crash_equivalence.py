@@ -70,7 +70,7 @@ def test_kill_minus_nine_changes_no_output_row(spark, broker, broker_ports, tmp_
         f"kafka.topics.sensors.name=sensors-{suffix}",
         f"kafka.topics.impressions.name=impressions-{suffix}",
         f"kafka.topics.clicks.name=clicks-{suffix}",
-        "kafka.max_offsets_per_trigger=600",
+        "kafka.max_offsets_per_trigger=1600",  # 6 batches of readings: a kill lands between two
     ]
 
     def overrides(run: str) -> list[str]:

@@ -34,16 +34,17 @@ from pathlib import Path
 
 import pytest
 
+from stream_pipelines.apps import ad_matching, raw_archive, sensor_aggregation
 from stream_pipelines.core import store
 from stream_pipelines.devtools import stack
 from stream_pipelines.devtools.processes import free_port, stop_processes
 from stream_pipelines.kafka.topics import ensure_topics
 from stream_pipelines.reconciliation import days
 from tests.conftest import (
-    drain_through_spark_submit,
     make_overrides_config,
     pipeline_environment,
     private_source_topics,
+    run_in_process,
 )
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
@@ -179,6 +180,15 @@ def produce(config, events: list[tuple[str, int, int, bytes]]) -> None:
     assert producer.flush(30) == 0
 
 
+def drain(spark, config, *apps) -> None:
+    """Each app's queries drained (available-now) in the session's Spark, with its batch log (what the
+    day watcher reads): this test is about the days' orchestration, and a spark-submit per app would add
+    a JVM's start to each drain (the front door is tests/test_launch.py's and the cluster tests')."""
+    for app in apps:
+        code, _ = run_in_process(spark, config, app, batch_log=True)
+        assert code == 0, f"{app.APP} did not drain"
+
+
 def compliance_rows(config, day: str) -> list[dict]:
     """D's compliance rows as a plain Parquet reader sees them (the job writes the partition whole)."""
     import pyarrow.parquet as pq
@@ -189,7 +199,9 @@ def compliance_rows(config, day: str) -> list[dict]:
 
 
 @pytest.mark.timeout(2400)
-def test_a_day_goes_from_open_to_signed_off_by_itself(broker, make_overrides, metadata_database, tmp_path):
+def test_a_day_goes_from_open_to_signed_off_by_itself(
+    spark, broker, make_overrides, metadata_database, tmp_path
+):
     started = datetime.now(UTC)
     today = datetime(started.year, started.month, started.day, tzinfo=UTC)
     # D is yesterday, and events a minute old carry every watermark past its end. In a day's first half
@@ -238,9 +250,7 @@ def test_a_day_goes_from_open_to_signed_off_by_itself(broker, make_overrides, me
     rest = Rest(f"http://127.0.0.1:{port}")
     record_of = lambda: days.read_day(config, day_start.date())  # noqa: E731
     try:
-        drain_through_spark_submit(
-            ["raw_archive", "sensor_aggregation", "ad_matching"], overrides, tmp_path / "apps.log"
-        )
+        drain(spark, config, raw_archive, sensor_aggregation, ad_matching)
         for dag_id in DAGS:
             poll(
                 lambda dag_id=dag_id: rest.call("admin", "GET", f"/api/v2/dags/{dag_id}")["dag_id"],
@@ -263,7 +273,7 @@ def test_a_day_goes_from_open_to_signed_off_by_itself(broker, make_overrides, me
         time.sleep(max(0.0, (horizon_end - datetime.now(UTC)).total_seconds()) + 1)
         assert poll(lambda: overdue_metric(port) == 1, 60, "the deadline to show D overdue")
         produce(config, one_per_partition(config, datetime.now(UTC), "after-horizon"))
-        drain_through_spark_submit(["raw_archive"], overrides, tmp_path / "apps.log")
+        drain(spark, config, raw_archive)
 
         final = poll(
             lambda: (r := record_of())["runs"].get("final", {}).get("finished_at") and r,
