@@ -54,7 +54,6 @@ from tests.conftest import (
     Replay,
     compact_through_spark_submit,
     create_topic,
-    drain_through_spark_submit,
     files_source_overrides,
     make_overrides_config,
     overrides_for,
@@ -553,13 +552,13 @@ VERDICT_SECTIONS = (
 def test_the_reconciliation_on_hdfs_equals_the_same_run_over_local_data(
     spark, scenario, reconciled, hdfs_root, yarn, tmp_path
 ):
-    """The scenario through spark-submit with every stored path on HDFS: the archive,
-    sensor_aggregation, their checkpoints and batch log; the day compacted on the store (the compaction
-    job, through spark-submit); then the nightly job in YARN cluster mode (its driver in an
-    ApplicationMaster container of the session's YARN), reading the compacted day: its ledger, verdicts
-    and compliance rows equal the local run's, its quality gates pass with their Data Docs on HDFS, and
-    its report names the remote inputs. The same steps on S3 run with ad_matching in
-    tests/test_object_store.py."""
+    """The scenario with every stored path on HDFS: the archive, sensor_aggregation (drained in the
+    session's Spark: a driver in YARN over HDFS is tests/test_yarn_cluster_mode.py's), their checkpoints
+    and batch log; the day compacted on the store (the compaction job, through spark-submit); then the
+    nightly job in YARN cluster mode (its driver in an ApplicationMaster container of the session's
+    YARN), reading the compacted day: its ledger, verdicts and compliance rows equal the local run's,
+    its quality gates pass with their Data Docs on HDFS, and its report names the remote inputs. The
+    same steps on S3 run with ad_matching in tests/test_object_store.py."""
     overrides = [
         *overrides_for(
             tmp_path / "unused",
@@ -579,7 +578,8 @@ def test_the_reconciliation_on_hdfs_equals_the_same_run_over_local_data(
     bucket_root = config.data_path("checkpoints").removesuffix("/checkpoints")
     assert bucket_root.startswith("hdfs://"), bucket_root
     log = tmp_path / "spark-submit.log"
-    drain_through_spark_submit(["raw_archive", "sensor_aggregation"], overrides, log)
+    for app in (raw_archive, sensor_aggregation):
+        assert run_in_process(spark, config, app, batch_log=True)[0] == 0
     compact_through_spark_submit(config, overrides, log)
     archive_day = compacted_days.latest(config, registry.ARCHIVE, DAY.isoformat())
     assert archive_day is not None and archive_day.rows == sum(len(b) for b in SCENARIO)
