@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from stream_pipelines.observability import runbooks
 from stream_pipelines.observability.monitoring_rules import (
     render_alertmanager_config,
     render_prometheus_config,
@@ -93,9 +94,10 @@ def wait_for_notification(received: Path, alertname: str, status: str = "firing"
 
 
 def assert_delivered_as_configured(
-    records: list[dict[str, Any]], rule: dict[str, Any], route: dict[str, Any]
+    records: list[dict[str, Any]], rule: dict[str, Any], route: dict[str, Any], ui: str
 ) -> str:
-    """Every record went to the receiver the config routes the rule's severity to, with its runbook."""
+    """Every record went to the receiver the config routes the rule's severity to, with the links to its
+    runbook and the app's row of the pipeline page under ``ui``, the Airflow UI's address."""
     severity = rule["labels"]["severity"]
     for record in records:
         assert record["severity"] == severity, record
@@ -104,7 +106,10 @@ def assert_delivered_as_configured(
             f"{record['alertname']} (severity {severity}) reached {record['receiver']}, "
             f"but monitoring/alertmanager.yml routes it to {expected}"
         )
-        assert record["runbook"] == rule["annotations"]["runbook"], record
+        section = runbooks.anchor(record["alertname"], record["labels"].get("case"))
+        assert record["runbook_url"] == f"{ui}/streaming-pipeline/runbooks#{section}", record
+        app = record["labels"]["app"]
+        assert record["pipeline_page"] == f"{ui}/streaming-pipeline/?dag_id=supervise_{app}#app-{app}", record
         assert record["summary"] and record["description"], record
     return expected
 
@@ -123,18 +128,15 @@ def test_a_stalled_partition_files_a_ticket_and_a_stopped_app_pages_the_on_call(
         manager = render_alertmanager_config(receiver_url)
         route = manager["route"]
         alertmanager = servers.enter_context(alertmanager_server(manager, tmp_path / "alertmanager"))
-        prometheus = servers.enter_context(
-            prometheus_server(
-                render_prometheus_config(
-                    targets={SENSOR_APP: app.metrics_address},
-                    app_targets_file=tmp_path / "prometheus" / "stream_pipelines.json",
-                    rule_paths=rule_paths,
-                    interval=INTERVAL,
-                    alertmanager=alertmanager,
-                ),
-                tmp_path / "prometheus",
-            )
+        prometheus_config = render_prometheus_config(
+            targets={SENSOR_APP: app.metrics_address},
+            app_targets_file=tmp_path / "prometheus" / "stream_pipelines.json",
+            rule_paths=rule_paths,
+            interval=INTERVAL,
+            alertmanager=alertmanager,
         )
+        ui = prometheus_config["global"]["external_labels"][runbooks.UI_LABEL]
+        prometheus = servers.enter_context(prometheus_server(prometheus_config, tmp_path / "prometheus"))
 
         # The stalled partition, while the app runs: a ticket.
         stalled = wait_for_notification(received, "PartitionStalled")
@@ -143,7 +145,7 @@ def test_a_stalled_partition_files_a_ticket_and_a_stopped_app_pages_the_on_call(
         }, "only the stalled partition is reported"
         assert {r["labels"]["query"] for r in stalled} <= set(EVENT_TIME_QUERIES)
         assert all(r["labels"]["app"] == SENSOR_APP for r in stalled)
-        ticket = assert_delivered_as_configured(stalled, rules["PartitionStalled"], route)
+        ticket = assert_delivered_as_configured(stalled, rules["PartitionStalled"], route, ui)
         assert not [r for r in notifications(received) if r["alertname"] == "QueryDown"], (
             "QueryDown fired while the app was running"
         )
@@ -156,7 +158,7 @@ def test_a_stalled_partition_files_a_ticket_and_a_stopped_app_pages_the_on_call(
         assert {(r["labels"]["app"], r["labels"]["instance"]) for r in down} == {
             (SENSOR_APP, app.metrics_address)
         }
-        page = assert_delivered_as_configured(down, rules["QueryDown"], route)
+        page = assert_delivered_as_configured(down, rules["QueryDown"], route, ui)
         assert "does not answer" in down[0]["summary"], down[0]["summary"]
 
     assert page != ticket, f"pages and tickets both went to {page}: the routing was not exercised"

@@ -22,6 +22,7 @@ import yaml
 
 from stream_pipelines.core.config import load_config
 from stream_pipelines.devtools import stack
+from stream_pipelines.observability import runbooks
 from stream_pipelines.observability.monitoring_rules import APPS_JOB
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,20 +151,27 @@ def test_the_stacks_prometheus_config_is_valid_and_reads_the_file_its_writer_kee
         component.command for component in stack.components(config) if component.name == "prometheus"
     ]
     assert f"--config.file={written}" in prometheus
+    # The alerts link the runbooks and the page on the stack's Airflow UI.
+    labels = yaml.safe_load(written.read_text())["global"]["external_labels"]
+    assert labels[runbooks.UI_LABEL] == f"http://127.0.0.1:{stack.AIRFLOW_PORT}"
 
 
-def test_every_alert_exists_with_severity_and_runbook() -> None:
+def test_every_alert_exists_with_severity_and_links_its_runbook_and_the_page() -> None:
+    """Each rule links its own section of docs/runbooks.md (which tests/unit/test_runbooks.py checks) and
+    the pipeline page at the app's row; the event days' alert, which has no app, at the days."""
     rules = alerting_rules()
     assert set(rules) == ALERTS
+    sections = runbooks.read().anchors
     for name, rule in rules.items():
         severity = rule["labels"]["severity"]
         assert severity == ("page" if name in PAGING_ALERTS else "ticket"), name
         annotations = rule["annotations"]
-        for key in ("summary", "description", "runbook"):
-            assert annotations.get(key, "").strip(), f"{name} has no {key}"
-        # What it means, what to check, what to do.
-        for part in ("Means:", "Check:", "Do:"):
-            assert part in annotations["runbook"], f"{name}'s runbook lacks {part!r}"
+        assert set(annotations) == {"summary", "description", "runbook_url", "pipeline_page"}, name
+        alert, _, case = name.partition("/")
+        assert annotations["runbook_url"] == runbooks.runbook_url(alert, case or None), name
+        assert runbooks.anchor(alert, case or None) in sections, f"{name}: no section in docs/runbooks.md"
+        has_app = name != "ReconciliationOverdue"
+        assert annotations["pipeline_page"] == runbooks.pipeline_page(app_label=has_app), name
 
 
 def test_thresholds_come_from_the_exported_configuration() -> None:
@@ -234,7 +242,12 @@ def test_webhook_receiver_logs_each_alert_as_a_json_line() -> None:
             {
                 "status": "firing",
                 "labels": {"alertname": "QueryDown", "severity": "page", "app": "ad_matching"},
-                "annotations": {"summary": "ad_matching is down", "description": "d", "runbook": "r"},
+                "annotations": {
+                    "summary": "ad_matching is down",
+                    "description": "d",
+                    "runbook_url": "http://ui/streaming-pipeline/runbooks#querydown",
+                    "pipeline_page": "http://ui/streaming-pipeline/?dag_id=supervise_ad_matching#app-ad_matching",
+                },
                 "startsAt": "2026-01-01T00:00:00Z",
                 "endsAt": "0001-01-01T00:00:00Z",
                 "fingerprint": "abc",
@@ -263,4 +276,6 @@ def test_webhook_receiver_logs_each_alert_as_a_json_line() -> None:
         ("on-call", "NoProgress", "resolved"),
     ]
     assert records[0]["summary"] == "ad_matching is down"
+    assert records[0]["runbook_url"] == "http://ui/streaming-pipeline/runbooks#querydown"
+    assert records[0]["pipeline_page"].endswith("#app-ad_matching")
     assert records[0]["labels"]["app"] == "ad_matching"

@@ -30,6 +30,7 @@ from stream_pipelines.core.registry import app as declared_app
 from stream_pipelines.core.store import write_atomically, write_json
 from stream_pipelines.devtools import stack
 from stream_pipelines.devtools.processes import free_port, stop_processes
+from stream_pipelines.observability import runbooks
 from stream_pipelines.observability.metrics import MetricsExporter, observe_event_time, observe_quarantine
 from stream_pipelines.observability.monitoring_rules import render_prometheus_config
 from tests.conftest import pipeline_environment, wait_for
@@ -297,6 +298,17 @@ def test_the_page_in_the_airflow_ui_shows_what_the_running_app_exports(spark, me
                 page.wait_for_url(f"{base}/dags/pipeline_control", timeout=30_000)
                 page.locator("iframe[title='Streaming pipeline']").wait_for(state="detached", timeout=30_000)
                 page.screenshot(path=str(tmp_path / "pipeline-control-dag.png"))
+
+                # The links a notification carries, on the pipeline_ui label (here, this api-server):
+                # the runbook's section, linked from the alert's row too, and the app's row.
+                section = runbooks.anchor("PartitionStalled")
+                page.goto(f"{base}{runbooks.ROUTE}#{section}")
+                heading = page.locator(f"h2#{section}")
+                heading.wait_for(timeout=30_000)
+                runbook_link = (heading.inner_text(), page.locator(f"#{section} ~ p").first.inner_text())
+                page.goto(f"{base}/streaming-pipeline/?dag_id=supervise_{APP}#app-{APP}")
+                page.locator(f"tr#app-{APP}.focus").wait_for(timeout=30_000)
+                frame_link = page.locator("#alerts a").first.get_attribute("href")
             finally:
                 browser.close()
 
@@ -323,6 +335,9 @@ def test_the_page_in_the_airflow_ui_shows_what_the_running_app_exports(spark, me
         assert shown["restarts"].startswith(f"1 / {config.supervision.max_restarts}")
         assert len(stalled) == 1 and stalled[0].split("\t")[1] == str(STALLED_PARTITION)
         assert "PartitionStalled" in alerts and APP in alerts
+        assert runbook_link[0] == "PartitionStalled", runbook_link
+        assert runbook_link[1].startswith("Means."), runbook_link
+        assert frame_link == f"runbooks#{section}"
         assert "failed" in reconciliation and "\t1\t3\t" in f"{reconciliation}\t"
         assert unreachable.startswith("metrics unreachable")
         # The page and its links only read: no run of either action DAG was made.

@@ -50,7 +50,8 @@ def test_the_wheel_ships_the_entry_points_and_the_plugin_and_leaves_the_tooling_
         f"stream_pipelines/spark_apps/{script}.py" for script in (*APP_NAMES, "reconcile", "compact")
     } <= set(names)
     assert not [name for name in names if name.startswith("stream_pipelines/devtools")]
-    # conf/ and monitoring/ as they are in the checkout (the files, not the links to them), and the DAGs.
+    # conf/, monitoring/ and the runbooks as they are in the checkout (the files, not the links to them),
+    # and the DAGs.
     shipped_files = {
         "stream_pipelines/shipped/conf/": PROJECT_ROOT / "conf",
         "stream_pipelines/shipped/monitoring/rules/": PROJECT_ROOT / "monitoring" / "rules",
@@ -59,6 +60,8 @@ def test_the_wheel_ships_the_entry_points_and_the_plugin_and_leaves_the_tooling_
         for source in folder.iterdir():
             assert zipfile.ZipFile(wheel).read(prefix + source.name) == source.read_bytes(), source
     assert "stream_pipelines/shipped/monitoring/prometheus.yml" in names
+    runbooks = (PROJECT_ROOT / "docs" / "runbooks.md").read_bytes()
+    assert zipfile.ZipFile(wheel).read("stream_pipelines/shipped/docs/runbooks.md") == runbooks
     assert not [name for name in names if name.startswith("stream_pipelines/shipped/") and name[-3:] == ".py"]
     assert {f"stream_pipelines/airflow/dags/{module}.py" for module in shipped.dag_modules()} <= set(names)
     [entry_points] = [name for name in names if name.endswith(".dist-info/entry_points.txt")]

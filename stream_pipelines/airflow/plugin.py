@@ -35,6 +35,7 @@ from stream_pipelines.airflow import health, task_config
 from stream_pipelines.airflow.nightly import first_event_day
 from stream_pipelines.core import store
 from stream_pipelines.core.registry import query_of
+from stream_pipelines.observability import runbooks
 from stream_pipelines.reconciliation import days
 
 URL_PREFIX = "/streaming-pipeline"
@@ -105,6 +106,10 @@ def create_app() -> FastAPI:
     def page(_user: Annotated[Any, Depends(_page_user)], dag_id: str | None = None) -> str:
         collected = health.collect(task_config(), metadata_database_away=metadata_database_away)
         return render_page(collected, focus=health.app_of_dag(dag_id))
+
+    @app.get("/runbooks", response_class=HTMLResponse)
+    def runbooks_page(_user: Annotated[Any, Depends(_page_user)]) -> str:
+        return render_runbooks(runbooks.read())
 
     @app.get("/api/health")
     def health_json(_user: Annotated[Any, Depends(_airflow_user)]) -> JSONResponse:
@@ -271,6 +276,17 @@ Counts: {_e(page.prometheus_source)}. Alerts: {_e(page.alerts_source)}.
 </body></html>"""
 
 
+def render_runbooks(rendered: runbooks.RenderedRunbooks) -> str:
+    """The on-call runbooks (docs/runbooks.md as the package ships it), each section at its anchor."""
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>Runbooks: {_e(PAGE_NAME)}</title>
+<style>{_STYLE} body{{max-width:60em}} h2{{border-top:1px solid #d8dee4;padding-top:8px}}
+:target{{background:#fefcbf}}</style></head>
+<body><p class="small"><a href="./">{_e(PAGE_NAME)}</a></p>
+{rendered.html}
+</body></html>"""
+
+
 def _tag(name: str, content: str, **attributes: object) -> str:
     """``<name attr="value">content</name>``; attribute names with ``_`` become ``-``, values escaped."""
     attrs = "".join(
@@ -348,7 +364,9 @@ def _app_row(row: health.AppRow, focus: bool) -> str:
         _tag("td", _tag("ul", alerts) if alerts else _tag("span", "none", class_="small")),
         _tag("td", actions, class_="small actions"),
     ]
-    return _tag("tr", "\n".join(cells), data_app=row.app, class_="focus" if focus else None)
+    return _tag(
+        "tr", "\n".join(cells), id=f"app-{row.app}", data_app=row.app, class_="focus" if focus else None
+    )
 
 
 def _query(query: health.QueryHealth) -> str:
@@ -412,7 +430,7 @@ def _alerts(page: health.HealthPage) -> str:
     rows = [
         _tag(
             "tr",
-            _tag("td", _e(alert["labels"].get("alertname")), class_="bad")
+            _tag("td", _runbook_link(alert["labels"]), class_="bad")
             + "".join(_tag("td", _e(alert["labels"].get(key, ""))) for key in ("severity", "app"))
             + _tag("td", _e(alert.get("annotations", {}).get("summary", "")))
             + _tag("td", _e(alert.get("startsAt", ""))),
@@ -420,6 +438,12 @@ def _alerts(page: health.HealthPage) -> str:
         for alert in page.alerts
     ]
     return _table("alerts", ["Alert", "Severity", "App", "Summary", "Since"], rows)
+
+
+def _runbook_link(labels: dict[str, str]) -> str:
+    """The alert's name, linking its runbook (beside this page, under the same prefix)."""
+    section = runbooks.anchor(labels.get("alertname", ""), labels.get("case"))
+    return _tag("a", _e(labels.get("alertname")), href=f"runbooks#{section}", target="_blank")
 
 
 def _reconciliation(page: health.HealthPage) -> str:

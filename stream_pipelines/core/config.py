@@ -431,7 +431,7 @@ class ReconciliationSettings(_Section):
     # Events of day D that arrive up to this long after D are taken in.
     late_horizon: PositiveDuration = Duration(2 * 86400)
     # Day D's final reconciliation is overdue this long after D's end + the late horizon: the
-    # ReconciliationOverdue alert pages on-call (the runbook is in docs/operations.md).
+    # ReconciliationOverdue alert pages on-call (its runbook: docs/runbooks.md#reconciliationoverdue).
     final_deadline: PositiveDuration = Duration(12 * 3600)
     # A run the day states asked for and that recorded no outcome is asked for again after this (a lost
     # asset event, a failed run); the reconciliation DAG skips a run whose outcome is already recorded.

@@ -32,7 +32,12 @@ from stream_pipelines.devtools import hdfs, yarn
 from stream_pipelines.devtools.postgres import LocalPostgres, MetadataDatabase
 from stream_pipelines.devtools.processes import alive as _alive
 from stream_pipelines.devtools.processes import descendants, parent_pid, stop_process_group, stop_processes
-from stream_pipelines.observability.monitoring_rules import RULES_DIR, render_prometheus_config, write_yaml
+from stream_pipelines.observability.monitoring_rules import (
+    AIRFLOW_API_SERVER,
+    RULES_DIR,
+    render_prometheus_config,
+    write_yaml,
+)
 
 AIRFLOW_PORT = 8080
 PROMETHEUS_PORT = 9090
@@ -109,7 +114,7 @@ def write_prometheus_config(config: PipelineConfig) -> Path:
     api-server, Alertmanager on their ports here, the repository's rules."""
     rendered = render_prometheus_config(
         rule_paths=[RULES_DIR / "*.yml"],
-        targets={"airflow-api-server": f"127.0.0.1:{AIRFLOW_PORT}"},
+        targets={AIRFLOW_API_SERVER: f"127.0.0.1:{AIRFLOW_PORT}"},
         app_targets_file=metrics_targets_file(config),
         alertmanager=f"127.0.0.1:{ALERTMANAGER_PORT}",
     )

@@ -27,6 +27,7 @@ import yaml
 
 from stream_pipelines.core.shipped import MONITORING
 from stream_pipelines.core.store import write_atomically
+from stream_pipelines.observability.runbooks import UI_LABEL
 
 RULES_DIR = MONITORING / "rules"
 PROMETHEUS_CONFIG = MONITORING / "prometheus.yml"
@@ -34,6 +35,8 @@ ALERTMANAGER_CONFIG = MONITORING / "alertmanager.yml"
 
 # The scrape job of the apps' drivers, whose targets are discovered (file_sd_configs).
 APPS_JOB = "stream_pipelines"
+# The component of the stack that serves the Airflow UI, the pipeline page and the runbooks.
+AIRFLOW_API_SERVER = "airflow-api-server"
 
 _PROMETHEUS_DURATION = re.compile(r"(\d+(ms|[smhdwy]))+")
 
@@ -97,6 +100,9 @@ def render_prometheus_config(
       file, no apps job;
     - a component of the stack (``airflow-api-server``) at the host:port ``targets`` gives it; one not
       named is not scraped.
+
+    The api-server's address is also the ``pipeline_ui`` external label that the alerts' runbook and
+    page links are built on (``runbooks``); without it the shipped value stays.
     """
     targets = targets or {}
     config = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
@@ -140,6 +146,8 @@ def render_prometheus_config(
                 continue
         scraped.append(job)
     config["scrape_configs"] = scraped
+    if AIRFLOW_API_SERVER in targets:
+        config["global"]["external_labels"][UI_LABEL] = f"http://{targets[AIRFLOW_API_SERVER]}"
     return config
 
 

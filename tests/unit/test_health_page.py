@@ -363,7 +363,7 @@ def test_the_rendered_page_reloads_itself_fetches_nothing_external_and_escapes_w
     assert f'<meta http-equiv="refresh" content="{REFRESH_S}">' in html
     assert " src=" not in html and "<link" not in html and "@import" not in html
     assert "<script>alert(1)</script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
-    assert f'<tr data-app="{APP}" class="focus">' in html
+    assert f'<tr id="app-{APP}" data-app="{APP}" class="focus">' in html
     assert health.app_of_dag("nightly_reconciliation") is None
 
 

@@ -18,6 +18,7 @@ from stream_pipelines.core import shipped
 from stream_pipelines.core.config import PROJECT_ROOT, load_config
 from stream_pipelines.core.exit_codes import ExitCode
 from stream_pipelines.launching import jvm
+from stream_pipelines.observability import runbooks
 from stream_pipelines.quality import data_docs_assets
 
 
@@ -123,11 +124,12 @@ def test_init_conf_for_one_env_brings_the_files_it_extends_and_flags_a_metadata_
 
 
 def test_the_shipped_files_are_the_checkouts_and_the_wheel_carries_each_one():
-    """stream_pipelines/shipped/ links to conf/ and monitoring/ (one copy in git), and pyproject.toml's
-    package-data takes every file the code reads there into the wheel."""
+    """stream_pipelines/shipped/ links to conf/, monitoring/ and the runbooks (one copy in git), and
+    pyproject.toml's package-data takes every file the code reads there into the wheel."""
     assert shipped.STARTER_CONF.resolve() == (PROJECT_ROOT / "conf").resolve()
     for name in ("rules", "grafana", "prometheus.yml", "alertmanager.yml"):
         assert (shipped.MONITORING / name).resolve() == (PROJECT_ROOT / "monitoring" / name).resolve()
+    assert runbooks.RUNBOOKS.resolve() == (PROJECT_ROOT / "docs" / "runbooks.md").resolve()
     patterns = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
         "package-data"
     ]["stream_pipelines"]
@@ -137,8 +139,8 @@ def test_the_shipped_files_are_the_checkouts_and_the_wheel_carries_each_one():
         for name in names
         if not name.startswith(".")
     ]
-    # conf/'s files, and the rules, the Prometheus and Alertmanager configs and the dashboard.
-    assert len(carried) == len(list((PROJECT_ROOT / "conf").iterdir())) + 4, carried
+    # conf/'s files, the rules, the Prometheus and Alertmanager configs, the dashboard and the runbooks.
+    assert len(carried) == len(list((PROJECT_ROOT / "conf").iterdir())) + 5, carried
     for path in carried:
         relative = str(path.relative_to(shipped.PACKAGE_ROOT))
         assert any(fnmatch.fnmatch(relative, pattern) for pattern in patterns), f"{relative} not shipped"
