@@ -441,9 +441,10 @@ def _alerts(page: health.HealthPage) -> str:
 
 
 def _runbook_link(labels: dict[str, str]) -> str:
-    """The alert's name, linking its runbook (beside this page, under the same prefix)."""
+    """The alert's name, linking its runbook (beside this page, under the same prefix: in the UI's iframe,
+    the link opens the runbook in the iframe itself, which its sandbox allows)."""
     section = runbooks.anchor(labels.get("alertname", ""), labels.get("case"))
-    return _tag("a", _e(labels.get("alertname")), href=f"runbooks#{section}", target="_blank")
+    return _tag("a", _e(labels.get("alertname")), href=f"runbooks#{section}")
 
 
 def _reconciliation(page: health.HealthPage) -> str:
