@@ -309,14 +309,14 @@ def test_a_write_refused_while_the_namenode_is_in_safe_mode_waits_for_it_to_leav
     session's HDFS daemons and brings them back."""
     target = folder / "safe-mode" / "exit.json"
     store.write_atomically(target, "before")
-    hdfs.stop_datanode()
+    hdfs.stop_datanodes()
     hdfs.stop_namenode()
     hdfs.start_namenode(wait=False)
     deadline = time.monotonic() + 60
     while hdfs.namenode_state().get("Safemode", "") == "" and time.monotonic() < deadline:
         time.sleep(0.2)
     assert hdfs.namenode_state().get("Safemode"), "the NameNode did not come up in safe mode"
-    datanode = threading.Timer(3.0, hdfs.start_datanode)
+    datanode = threading.Timer(3.0, hdfs.start_datanodes)
     datanode.start()
     try:
         began = time.monotonic()

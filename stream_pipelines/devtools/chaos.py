@@ -1180,7 +1180,7 @@ class Chaos:
     def _storage_outage(self, result: FaultResult) -> str:
         """The store every driver writes its checkpoints, outputs and lease to is gone for 30-60 s.
 
-        HDFS: the NameNode stopped and started again on the same metadata (the DataNode keeps its blocks).
+        HDFS: the NameNode stopped and started again on the same metadata (the DataNodes keep their blocks).
         S3: moto keeps its objects in memory, so a restart would erase the store, not interrupt it; its
         server is frozen (SIGSTOP) instead: requests hang, as against an endpoint that does not answer."""
         stack = self.stack

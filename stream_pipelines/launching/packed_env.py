@@ -125,7 +125,10 @@ NODE_LIBRARIES = frozenset(
 EXECUTABLE_SEARCH_PATH = "$ORIGIN/../lib"
 EXTENSION_SEARCH_PATH = "$ORIGIN/../.."
 LIBRARY_SEARCH_PATH = "$ORIGIN"
-GZIP_LEVEL = 6
+# Fast over small: the archive is built once per version and uploaded once, and a NodeManager unpacks
+# either about as fast (DEFLATE decodes at the same pace whatever the level). On 338 MB of
+# site-packages, level 1 took 5.0 s for 117 MB, level 6 13.6 s for 103 MB (this machine, 2026-11-28).
+GZIP_LEVEL = 1
 DIGEST_LENGTH = 16
 PROGRESS_STEP = 0.1
 # What the environment's python says about itself (run with -s: no user site folder).
