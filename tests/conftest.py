@@ -286,7 +286,8 @@ def s3_root(object_store, monkeypatch: pytest.MonkeyPatch) -> Callable[[], list[
 
 @pytest.fixture(scope="session")
 def hdfs(session_root: Path):
-    """A real HDFS (NameNode + two DataNodes, ``devtools.hdfs.LocalHdfs``) on 127.0.0.1 for the whole session."""
+    """A real HDFS (NameNode + two DataNodes, ``devtools.hdfs.LocalHdfs``) on 127.0.0.1 for the whole
+    session."""
     from stream_pipelines.devtools.hdfs import LocalHdfs
 
     with LocalHdfs(session_root / "hdfs") as cluster:
