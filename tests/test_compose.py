@@ -34,6 +34,7 @@ import yaml
 from stream_pipelines.core.config import load_config
 from stream_pipelines.core.registry import APP_NAMES
 from stream_pipelines.launching.jvm import DESCRIPTOR_DIR
+from stream_pipelines.observability import runbooks
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_DIR = ROOT / "infra" / "compose"
@@ -444,6 +445,9 @@ def test_prometheus_config_matches_the_repository_and_is_valid() -> None:
     ours = yaml.safe_load((COMPOSE_DIR / "prometheus.yml").read_text())
     repository = yaml.safe_load((ROOT / "monitoring" / "prometheus.yml").read_text())
     assert ours["global"] == repository["global"]
+    # The alerts' links point at the Airflow UI where this stack publishes it on the host.
+    assert ours["global"]["external_labels"][runbooks.UI_LABEL] == "http://127.0.0.1:8080"
+    assert '"${STACK_BIND_ADDRESS:-127.0.0.1}:8080:8080"' in COMPOSE_FILE.read_text()
     assert ours["rule_files"] == repository["rule_files"]
 
     # The repository discovers the apps' drivers (file_sd); here they are static, on one container.
