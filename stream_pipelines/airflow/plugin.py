@@ -38,7 +38,8 @@ from stream_pipelines.core.registry import query_of
 from stream_pipelines.observability import runbooks
 from stream_pipelines.reconciliation import days
 
-URL_PREFIX = "/streaming-pipeline"
+# Where Airflow mounts the page; the alert rules link it and its runbooks under the same prefix.
+URL_PREFIX = runbooks.PAGE_PREFIX
 PAGE_NAME = "Streaming pipeline"
 REFRESH_S = 10
 _REPORT_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")

@@ -261,9 +261,9 @@ class LocalHdfs(LocalDaemons):
             "dfs.datanode.handler.count": "4",
             "dfs.permissions.enabled": "true",
             # A file closes once its last block is committed by the writer, without waiting for the
-            # DataNode's report of it: the first close call otherwise finds the report not yet in, and
-            # the client waits (hdfs-native 0.5 s, Hadoop's own client 0.4 s) before it asks again, on
-            # every file written (each lease heartbeat, control record, checkpoint and batch-log entry).
+            # DataNode's report of it: hdfs-native's first close call otherwise finds the report not yet
+            # in and waits 0.5 s before it asks again, on every file the store layer writes (each lease
+            # heartbeat, control record, batch-log entry). Needs a replication above the minimum.
             "dfs.namenode.file.close.num-committed-allowed": "1",
         }
         for datanode in DATANODES:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cache
 
 from stream_pipelines.core.shipped import SHIPPED
 
@@ -78,5 +79,6 @@ def render(markdown: str) -> RenderedRunbooks:
     return RenderedRunbooks(parser.renderer.render(tokens, parser.options, {}), tuple(anchors))
 
 
+@cache  # the shipped file changes only with the package: read and render it once per process
 def read() -> RenderedRunbooks:
     return render(RUNBOOKS.read_text())
