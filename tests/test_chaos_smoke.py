@@ -35,6 +35,9 @@ pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.timeout(2700)]
 STORE = "s3"
 # Each class costs the smoke a minute or more (see the module's docstring for the one left out).
 SMOKE_CLASSES = tuple(c for c in fault_classes(None, STORE) if c != "scheduler-restart")
+# The smoke's waits: 1-3 s between one fault's recovery and the next, and PostgreSQL down for 10-15 s
+# (`make chaos` draws 3-15 s and 10-60 s): a seven-fault smoke spends its minutes on the faults.
+SMOKE_TIMINGS = ("--gap", "1", "3", "--db-down", "10", "15")
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +45,7 @@ def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
     return run_chaos(
         tmp_path_factory.mktemp("chaos"),
         *("--store", STORE, "--apps", "raw_archive", "--classes", ",".join(SMOKE_CLASSES)),
-        *("--each-once", "--stop-orphans", "--seed", "11"),
+        *("--each-once", "--stop-orphans", "--seed", "11", *SMOKE_TIMINGS),
         timeout_s=2400,
     )
 
@@ -145,7 +148,7 @@ def test_a_scheduler_killed_with_minus_nine_is_started_again_and_no_driver_start
 
 
 def test_a_metadata_database_restart_leaves_the_driver_streaming_and_airflow_comes_back(smoke):
-    """PostgreSQL stopped for 10-60 s: the driver does not need it and streams on (no restart, no new
+    """PostgreSQL stopped for 10-15 s: the driver does not need it and streams on (no restart, no new
     driver); Airflow's components ride it out or are started again by their keepers, and the supervisor's
     task is running again once it is back."""
     report, _ = smoke

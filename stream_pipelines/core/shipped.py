@@ -66,6 +66,11 @@ def cache_dir(variable: str, kind: str) -> Path:
     checkout = source_checkout()
     if checkout is not None:
         return checkout / ".cache" / kind
+    return user_cache_dir(kind)
+
+
+def user_cache_dir(kind: str) -> Path:
+    """<kind> under stream-pipelines/ in the user's cache folder ($XDG_CACHE_HOME, else ~/.cache)."""
     user_cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(user_cache) / DISTRIBUTION / kind
 

@@ -783,9 +783,16 @@ class FaultResult:
 
 class Chaos:
     def __init__(
-        self, stack: Stack, *, recover_timeout_s: float, stop_orphans: bool, rng: random.Random
+        self,
+        stack: Stack,
+        *,
+        recover_timeout_s: float,
+        stop_orphans: bool,
+        rng: random.Random,
+        db_down_s: tuple[float, float] = METADATA_DB_DOWN_S,
     ) -> None:
         self.stack = stack
+        self.db_down_s = db_down_s
         self.config = stack.config
         self.home = stack.airflow_home()
         self.database = stack.metadata.database()
@@ -1156,9 +1163,10 @@ class Chaos:
 
     def _metadata_db_restart(self, result: FaultResult) -> str:
         """Airflow's PostgreSQL stopped (fast shutdown: connections closed, as a failover or a
-        maintenance restart closes them), kept down for 10-60 s, then started on the same data."""
+        maintenance restart closes them), kept down for a time drawn from ``--db-down`` (10-60 s), then
+        started on the same data."""
         metadata = self.stack.metadata
-        down_s = self.rng.uniform(*METADATA_DB_DOWN_S)
+        down_s = self.rng.uniform(*self.db_down_s)
         old = metadata.pid()
         metadata.stop(mode="fast")
         say(f"fault    metadata-db-restart PostgreSQL pid {old} stopped; starting it again in {down_s:.0f}s")
@@ -1569,7 +1577,22 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--recover-timeout", type=float, default=600, help="seconds a fault may take to recover (default 600)"
     )
-    parser.add_argument("--gap", type=float, nargs=2, default=(3.0, 15.0), metavar=("MIN", "MAX"))
+    parser.add_argument(
+        "--gap",
+        type=float,
+        nargs=2,
+        default=(3.0, 15.0),
+        metavar=("MIN", "MAX"),
+        help="seconds between one fault's recovery and the next fault, drawn in this range (default 3 15)",
+    )
+    parser.add_argument(
+        "--db-down",
+        type=float,
+        nargs=2,
+        default=METADATA_DB_DOWN_S,
+        metavar=("MIN", "MAX"),
+        help="seconds metadata-db-restart keeps PostgreSQL stopped, drawn in this range (default 10 60)",
+    )
     parser.add_argument("--rate", type=float, default=5.0, help="sensor readings per second")
     parser.add_argument("--ad-rate", type=float, default=2.0, help="impressions per second")
     parser.add_argument(
@@ -1609,6 +1632,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     refused = refused_classes(classes, store, args.cluster)
     if refused:
         raise SystemExit(f"chaos: {refused}")
+    for option, (low, high) in (("--gap", args.gap), ("--db-down", args.db_down)):
+        if not 0 <= low <= high:
+            raise SystemExit(f"chaos: {option} {low:g} {high:g}: needs 0 <= MIN <= MAX")
     # A SIGTERM (a timeout, a CI cancel) still tears the private stack down and writes what was seen.
     signal.signal(signal.SIGTERM, _interrupt)
     # The verification's Spark session stays on loopback, like everything else of the stack.
@@ -1642,7 +1668,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     chaos: Chaos | None = None
     try:
         stack.up()
-        chaos = Chaos(stack, recover_timeout_s=args.recover_timeout, stop_orphans=args.stop_orphans, rng=rng)
+        chaos = Chaos(
+            stack,
+            recover_timeout_s=args.recover_timeout,
+            stop_orphans=args.stop_orphans,
+            rng=rng,
+            db_down_s=tuple(args.db_down),
+        )
         chaos.start_sampling()
         chaos.wait_first_batches()
         chaos.run(schedule, tuple(args.gap))

@@ -126,6 +126,8 @@ def test_on_yarn_the_faults_are_the_containers_the_nodemanager_the_runner_the_sc
         (["--cluster", "yarn", "--store", "s3"], "on YARN the data root is on the cluster's HDFS"),
         (["--classes", "nodemanager-restart"], "nodemanager-restart need YARN: add --cluster yarn"),
         (["--store", "hdfs", "--classes", "container-kill"], "container-kill need YARN"),
+        (["--db-down", "30", "10"], r"--db-down 30 10: needs 0 <= MIN <= MAX"),
+        (["--gap", "-1", "3"], r"--gap -1 3: needs 0 <= MIN <= MAX"),
     ],
 )
 def test_a_fault_the_cluster_cannot_take_is_refused_before_anything_starts(tmp_path, argv, refusal):

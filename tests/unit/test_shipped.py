@@ -154,6 +154,19 @@ def test_a_cache_variable_wins_and_a_checkout_keeps_its_caches_in_dot_cache(monk
     assert data_docs_assets.cache_root() == PROJECT_ROOT / ".cache" / "web"
 
 
+def test_jvm_downloads_are_shared_by_every_checkout_and_install_of_the_user(monkeypatch, tmp_path):
+    """Ivy's downloads go to the user's cache folder even from a checkout (whose resolved bundles stay in
+    .cache/jvm): a second clone resolves without the network. PIPELINE_IVY_CACHE names another folder."""
+    monkeypatch.delenv(jvm.DOWNLOAD_CACHE_VARIABLE, raising=False)
+    monkeypatch.delenv(jvm.CACHE_VARIABLE, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert shipped.source_checkout() == PROJECT_ROOT
+    assert jvm.cache_root() == PROJECT_ROOT / ".cache" / "jvm"
+    assert jvm.download_cache_root() == tmp_path / "xdg" / "stream-pipelines" / "ivy"
+    monkeypatch.setenv(jvm.DOWNLOAD_CACHE_VARIABLE, str(tmp_path / "shared-ivy"))
+    assert jvm.download_cache_root() == tmp_path / "shared-ivy"
+
+
 def test_an_install_caches_in_the_users_cache_folder(monkeypatch, tmp_path):
     """An installed package's PROJECT_ROOT is its site's lib/pythonX.Y, which holds no pyproject.toml."""
     site_lib = tmp_path / "lib" / "python3.11"
