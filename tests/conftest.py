@@ -57,18 +57,44 @@ LONGEST_FIRST = (
 )
 
 
+# With --servers-on-one-worker, every test outside the unit tier is one group: one worker runs them in
+# the order above, as one process would, and the unit tier (no JVM, no broker, no Airflow) runs beside
+# them on the other worker. That is what `make test` does on two cores (docs/development.md).
+SERVERS_GROUP = "servers"
+UNIT_TIER = "tests/unit/"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--servers-on-one-worker",
+        action="store_true",
+        help="with -n: the tests that start servers run in order on one worker, the unit tier beside them",
+    )
+
+
 # Before xdist's own hook, which reads the group marker to give each test its group: run after it, the
 # marker is unseen and every test is sent on its own (a module's fixtures then start on both workers).
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    servers_together = config.getoption("--servers-on-one-worker")
+
     def group_of(module: str) -> str:
+        if servers_together and not module.startswith(UNIT_TIER):
+            return SERVERS_GROUP
         return SAME_WORKER_AS.get(module, module)
 
     first: dict[str, int] = {}
     for n, module in enumerate(LONGEST_FIRST):
         first.setdefault(group_of(module), n)
+    module_rank = {module: n for n, module in enumerate(LONGEST_FIRST)}
     groups = {item: group_of(item.nodeid.split("::")[0]) for item in items}
-    items.sort(key=lambda item: first.get(groups[item], len(first)))  # stable: the rest keep their order
+    # Stable: the rest keep their order.
+    items.sort(
+        key=lambda item: (
+            first.get(groups[item], len(first)),
+            module_rank.get(item.nodeid.split("::")[0], len(module_rank)),
+        )
+    )
     if config.pluginmanager.hasplugin("xdist"):  # its marker exists only with it
         for item in items:
             item.add_marker(pytest.mark.xdist_group(groups[item]))

@@ -43,3 +43,60 @@ def test_on_two_workers_each_module_runs_whole_on_one_worker():
     assert sorted(workers_by_module) == sorted(MODULES), output[-3000:]
     for module, workers in workers_by_module.items():
         assert len(workers) == 1, f"{module} ran on {sorted(workers)}"
+
+
+class Item:
+    def __init__(self, nodeid: str) -> None:
+        self.nodeid, self.markers = nodeid, []
+
+    def add_marker(self, marker) -> None:
+        self.markers.append(marker)
+
+
+class Config:
+    def __init__(self, servers_on_one_worker: bool) -> None:
+        self.option = servers_on_one_worker
+        self.pluginmanager = self
+
+    def getoption(self, name: str) -> bool:
+        assert name == "--servers-on-one-worker"
+        return self.option
+
+    def hasplugin(self, name: str) -> bool:
+        return name == "xdist"
+
+
+def test_with_servers_on_one_worker_the_unit_tier_runs_beside_the_rest_which_keeps_its_order():
+    """`make test` on two cores: every test that starts a server in one group (one worker, longest first,
+    as one process runs them), each unit module in its own group (the other worker)."""
+    from tests.conftest import LONGEST_FIRST, SERVERS_GROUP, pytest_collection_modifyitems
+
+    nodeids = [
+        "tests/test_broker.py::test_a",
+        f"{LONGEST_FIRST[1]}::test_b",
+        "tests/unit/test_registry.py::test_c",
+        f"{LONGEST_FIRST[0]}::test_d",
+        "tests/unit/test_report.py::test_e",
+        "tests/test_launch.py::test_f",
+    ]
+    items = [Item(nodeid) for nodeid in nodeids]
+    pytest_collection_modifyitems(Config(servers_on_one_worker=True), items)
+    assert [item.nodeid for item in items] == [
+        f"{LONGEST_FIRST[0]}::test_d",
+        f"{LONGEST_FIRST[1]}::test_b",
+        "tests/test_broker.py::test_a",
+        "tests/test_launch.py::test_f",
+        "tests/unit/test_registry.py::test_c",
+        "tests/unit/test_report.py::test_e",
+    ]
+    groups = {item.nodeid: item.markers[0].args[0] for item in items}
+    assert {groups[n] for n in nodeids if not n.startswith("tests/unit/")} == {SERVERS_GROUP}
+    assert groups["tests/unit/test_registry.py::test_c"] == "tests/unit/test_registry.py"
+    assert groups["tests/unit/test_report.py::test_e"] == "tests/unit/test_report.py"
+
+    # Without the option, each module is its own group (or its SAME_WORKER_AS group).
+    items = [Item(nodeid) for nodeid in nodeids]
+    pytest_collection_modifyitems(Config(servers_on_one_worker=False), items)
+    assert {item.markers[0].args[0] for item in items} == {n.split("::")[0] for n in nodeids} - {
+        LONGEST_FIRST[1]
+    } | {"installed-site"}
