@@ -28,9 +28,9 @@ test-deps:  ## servers the tests start that come from Debian: prometheus and pro
 	@infra/scripts/install_test_servers.sh
 
 # One process: on two cores, two workers were no faster (docs/development.md#where-ci-time-goes).
-# Two workers: the tests that start servers in order on one, the unit tier beside them on the other
-# (docs/development.md#workers). On a bigger machine: TEST_WORKERS=4 TEST_GROUPING= make test.
-TEST_WORKERS ?= 2
+# One process. TEST_WORKERS=2 runs the tests that start servers in order on one worker and the unit tier
+# beside them on the other; on a bigger machine, TEST_WORKERS=4 TEST_GROUPING= spreads the modules.
+TEST_WORKERS ?= 1
 TEST_GROUPING ?= --servers-on-one-worker
 test: setup test-deps  ## the whole test suite (real broker, real Spark, real Prometheus); TEST_WORKERS=N TEST_GROUPING= on a bigger machine
 	$(BIN)/python -m pytest -q $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(TEST_GROUPING)) $(PYTEST_ARGS)

@@ -59,7 +59,7 @@ LONGEST_FIRST = (
 
 # With --servers-on-one-worker, every test outside the unit tier is one group: one worker runs them in
 # the order above, as one process would, and the unit tier (no JVM, no broker, no Airflow) runs beside
-# them on the other worker. That is what `make test` does on two cores (docs/development.md).
+# them on the other worker (`TEST_WORKERS=2 make test`; docs/development.md says what it measured).
 SERVERS_GROUP = "servers"
 UNIT_TIER = "tests/unit/"
 

@@ -6,8 +6,8 @@ Yesterday (UTC) is day D (the day before, in a day's first half hour). Its event
 (which carry every stream's watermark and every partition past D's end) are in Kafka; the apps drain
 them once (available-now), so D is closed. The late
 horizon is set to end a minute and a half from the start; D is final once the archive has read a record
-stamped after it in every partition, which the test produces and archives after the provisional run was
-asked for. Then, with nobody triggering a reconciliation:
+stamped after it in every partition, which the test produces and archives after the provisional run has
+claimed D. Then, with nobody triggering a reconciliation:
 
 - the watcher asks for D's provisional run, then its final one; each runs once, on D's partition, though
   the metadata database is stopped for 20 s while the provisional run is under way;
@@ -269,6 +269,14 @@ def test_a_day_goes_from_open_to_signed_off_by_itself(
         time.sleep(METADATA_DB_DOWN_S)
         metadata_database.server.start()
 
+        # Only once the provisional run has claimed D may D go final: a run that starts after that is the
+        # final one (days.begin_run: the final run replaces a provisional one asked for earlier). The
+        # database's outage may delay the claim past the horizon (it did, on a loaded machine).
+        poll(
+            lambda: record_of()["runs"].get("provisional", {}).get("started_at"),
+            300,
+            "the provisional run to claim D",
+        )
         # The horizon passes and the archive reads past it in every partition: D is final.
         time.sleep(max(0.0, (horizon_end - datetime.now(UTC)).total_seconds()) + 1)
         assert poll(lambda: overdue_metric(port) == 1, 60, "the deadline to show D overdue")
