@@ -28,8 +28,8 @@ test-deps:  ## servers the tests start that come from Debian: prometheus and pro
 	@infra/scripts/install_test_servers.sh
 
 # One process: on two cores, two workers were no faster (docs/development.md#where-ci-time-goes).
-# One process. TEST_WORKERS=2 runs the tests that start servers in order on one worker and the unit tier
-# beside them on the other; on a bigger machine, TEST_WORKERS=4 TEST_GROUPING= spreads the modules.
+# TEST_WORKERS=2 runs the tests that start servers in order on one worker and the unit tier beside them
+# on the other; on a bigger machine, TEST_WORKERS=4 TEST_GROUPING= spreads the modules.
 TEST_WORKERS ?= 1
 TEST_GROUPING ?= --servers-on-one-worker
 test: setup test-deps  ## the whole test suite (real broker, real Spark, real Prometheus); TEST_WORKERS=N TEST_GROUPING= on a bigger machine

@@ -87,12 +87,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for n, module in enumerate(LONGEST_FIRST):
         first.setdefault(group_of(module), n)
     module_rank = {module: n for n, module in enumerate(LONGEST_FIRST)}
-    groups = {item: group_of(item.nodeid.split("::")[0]) for item in items}
+    modules = {item: item.nodeid.split("::")[0] for item in items}
+    groups = {item: group_of(module) for item, module in modules.items()}
     # Stable: the rest keep their order.
     items.sort(
         key=lambda item: (
             first.get(groups[item], len(first)),
-            module_rank.get(item.nodeid.split("::")[0], len(module_rank)),
+            module_rank.get(modules[item], len(module_rank)),
         )
     )
     if config.pluginmanager.hasplugin("xdist"):  # its marker exists only with it

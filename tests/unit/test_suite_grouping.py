@@ -67,7 +67,7 @@ class Config:
 
 
 def test_with_servers_on_one_worker_the_unit_tier_runs_beside_the_rest_which_keeps_its_order():
-    """`make test` on two cores: every test that starts a server in one group (one worker, longest first,
+    """`TEST_WORKERS=2 make test`: every test that starts a server in one group (one worker, longest first,
     as one process runs them), each unit module in its own group (the other worker)."""
     from tests.conftest import LONGEST_FIRST, SERVERS_GROUP, pytest_collection_modifyitems
 
