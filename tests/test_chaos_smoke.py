@@ -76,6 +76,13 @@ def test_each_fault_class_once_loses_and_duplicates_nothing(smoke):
     assert report["problems"] == [], tail
 
 
+def test_the_stacks_start_fails_no_try_of_the_supervisor(smoke):
+    """The schedulers start once the api-server answers: a task handed out before then fails its first
+    try and waits out a retry delay (stack.start_components)."""
+    report, _ = smoke
+    assert report["startup_tries"] == {"raw_archive": {"wait_until_wanted": 1, "run_app": 1}}
+
+
 def test_a_killed_task_runner_is_retried_and_adopts_the_orphaned_driver(smoke):
     report, _ = smoke
     runner = faults_by_class(report)["runner-kill"]

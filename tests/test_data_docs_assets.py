@@ -79,7 +79,9 @@ def test_every_package_the_cdn_map_names_is_fetched_and_holds_the_file():
 
 def test_data_docs_built_by_a_gate_load_nothing_from_the_network(spark, make_overrides):
     config = make_overrides_config(make_overrides())
-    result = quality_gates.compliance_gate(config, date(2026, 1, 1), spark)
+    [result] = quality_gates.with_data_docs(
+        config, [quality_gates.compliance_gate(config, date(2026, 1, 1), spark)]
+    )
     site = Path(result.data_docs.removeprefix("file://")).parent
 
     pages = [page for page in site.rglob("*.html") if data_docs_assets.VENDOR_DIR not in page.as_posix()]

@@ -39,6 +39,7 @@ from stream_pipelines.core import store
 from stream_pipelines.devtools import stack
 from stream_pipelines.devtools.processes import free_port, stop_processes
 from stream_pipelines.kafka.topics import ensure_topics
+from stream_pipelines.observability.monitoring_rules import AIRFLOW_API_SERVER
 from stream_pipelines.reconciliation import days
 from tests.conftest import (
     make_overrides_config,
@@ -243,10 +244,9 @@ def test_a_day_goes_from_open_to_signed_off_by_itself(
         "PIPELINE_COMPLIANCE_REVIEWERS": "reviewer",
     }
     assert stack.migrate_airflow_db(environment) is None
-    wanted = ("airflow-api-server", *stack.SCHEDULERS, "airflow-dag-processor")
+    wanted = (AIRFLOW_API_SERVER, *stack.SCHEDULERS, "airflow-dag-processor")
     components = [c for c in stack.airflow_components(port) if c.name in wanted]
-    for component in components:
-        stack.start_component(config, component, environment)
+    stack.start_components(config, components, environment, port)
     rest = Rest(f"http://127.0.0.1:{port}")
     record_of = lambda: days.read_day(config, day_start.date())  # noqa: E731
     try:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -76,7 +76,8 @@ def test_data_docs_are_published_to_the_object_store_and_linked_from_the_result(
         DAY,
         quality_gates.window_expectations(),
     )
-    assert result.success
+    assert result.success and result.data_docs is None, "the site is rebuilt once for a run's gates"
+    [result] = quality_gates.with_data_docs(config, [result])
     assert result.data_docs.startswith(f"{config.data_path('gx')}/")
     assert result.data_docs.endswith("/index.html")
     site = store.location(config.spark.extra_conf, result.data_docs.removesuffix("/index.html"))
@@ -85,6 +86,42 @@ def test_data_docs_are_published_to_the_object_store_and_linked_from_the_result(
     assert any(name.startswith("validations/") for name in published), published
     assert "streaming_outputs" in (site / "index.html").read_text()
     assert (tmp_path / "scratch" / "gx").is_dir()
+
+
+def test_the_data_docs_site_shows_the_results_within_retention_and_no_others(spark, make_overrides):
+    """Every rebuild renders every stored validation result: the results older than retention.data_docs
+    go first, and with them their pages, so the site and its rebuild stay the same size night after
+    night."""
+    config = make_overrides_config(make_overrides("retention.data_docs=1 days"))
+    windows = spark.createDataFrame([window(0, "sensor-0001", 20.0, 30.0, 10.0, 2)], WINDOW_COLUMNS)
+
+    def validated():
+        return quality_gates.validate(
+            config,
+            quality_gates.with_range_columns(windows),
+            quality_gates.STREAMING_OUTPUTS,
+            DAY,
+            quality_gates.window_expectations(),
+        )
+
+    site = quality_gates.data_docs_site(quality_gates.gx_context(config))
+    quality_gates.with_data_docs(config, [validated(), validated()])
+    results = quality_gates.gx_context(config).validation_results_store
+    older, newer = sorted(results.list_keys(), key=lambda key: key.run_id.run_time)
+    assert len(list((site / "validations").rglob("*.html"))) == 2
+
+    # A day after a moment between the two runs: the older result is past retention, the newer is not.
+    between = older.run_id.run_time + (newer.run_id.run_time - older.run_id.run_time) / 2
+    [result] = quality_gates.with_data_docs(config, [validated()], now=between + timedelta(days=1))
+    kept = quality_gates.gx_context(config).validation_results_store.list_keys()
+    assert older not in kept and newer in kept and len(kept) == 2, kept
+    pages = list((site / "validations").rglob("*.html"))
+    assert len(pages) == 2 and not any(
+        older.run_id.run_time.strftime("%Y%m%dT%H%M%S") in str(p) for p in pages
+    )
+    assert (
+        result.data_docs.endswith("/index.html") and Path(result.data_docs.removeprefix("file://")).exists()
+    )
 
 
 # --------------------------------------------------------------------------- the nightly job

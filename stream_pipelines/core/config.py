@@ -479,6 +479,9 @@ class RetentionSettings(_Section):
     # The checkpoints a reset moved aside (``<checkpoint>.reset-<time>``) and the maintenance records.
     reset_copies: Retention = Duration(30 * 86400)
     maintenance_records: Retention = Duration(90 * 86400)
+    # The validation results the Data Docs site shows (each report keeps its gates' outcomes); every
+    # nightly run rebuilds the site from them, so this bounds its size and the rebuild's time.
+    data_docs: Retention = Duration(90 * 86400)
 
 
 class CompactionSettings(_Section):

@@ -101,9 +101,11 @@ from stream_pipelines.devtools.stack import (
     migrate_airflow_db,
     stack_dir,
     start_component,
+    start_components,
     stop_components,
 )
 from stream_pipelines.devtools.yarn import LocalYarn
+from stream_pipelines.observability.monitoring_rules import AIRFLOW_API_SERVER
 
 DEFAULT_ROOT = PROJECT_ROOT / "data" / "chaos"
 ROOT_MARKER = ".chaos-root"
@@ -192,7 +194,7 @@ STACK_SETTINGS = (
 # The watchdog's window as shipped (2 minutes): a shorter one calls the stateful apps' slow first
 # batches on a loaded 2-core machine hangs and kills them in a loop.
 WATCHDOG_SETTINGS = ("supervision.watchdog_triggers=5", "supervision.watchdog_min_window=2 minutes")
-AIRFLOW_COMPONENTS = ("airflow-api-server", *SCHEDULERS, "airflow-dag-processor")
+AIRFLOW_COMPONENTS = (AIRFLOW_API_SERVER, *SCHEDULERS, "airflow-dag-processor")
 
 
 def say(message: str) -> None:
@@ -602,8 +604,17 @@ class Stack:
             f"live generator producing (pid {pid}, seed {self.seed}, {self.rate}/s sensor readings, "
             f"{self.ad_rate}/s ads)"
         )
-        for name in AIRFLOW_COMPONENTS:
-            self.start_component(name)
+        components = self.components()
+        try:
+            start_components(
+                self.config,
+                [components[name] for name in AIRFLOW_COMPONENTS],
+                self.environment(),
+                self.airflow_port,
+                say=say,
+            )
+        except RuntimeError as error:
+            raise SystemExit(f"chaos: {error}") from None
         say("Airflow started: " + ", ".join(f"{name} pid {self.pid(name)}" for name in AIRFLOW_COMPONENTS))
 
     def stop_airflow(self) -> None:
@@ -666,6 +677,20 @@ def run_app_task(database: MetadataDatabase, app: str) -> dict[str, Any] | None:
     except MetadataUnavailable:
         return None
     return dict(zip(("run_id", "state", "try_number", "id"), row, strict=True)) if row else None
+
+
+def supervisor_tries(database: MetadataDatabase, app: str) -> dict[str, int]:
+    """Per task of the app's supervisor DAG, the highest try it has run (1 when none failed); empty
+    while the metadata database does not answer."""
+    try:
+        row = database.query_one(
+            "select json_object_agg(task_id, tries) from (select task_id, max(try_number) as tries "
+            "from task_instance where dag_id = %s group by task_id) as per_task",
+            (f"supervise_{app}",),
+        )
+    except MetadataUnavailable:
+        return {}
+    return dict(row[0]) if row and row[0] else {}
 
 
 def live_schedulers(database: MetadataDatabase, since: float) -> int:
@@ -808,6 +833,8 @@ class Chaos:
         )
         # Per app: its first spark-submit to the first committed batch of all its queries.
         self.cold_start_s: dict[str, float] = {}
+        # Per app: the tries its supervisor's tasks took to start it (a failed one is a finding).
+        self.startup_tries: dict[str, dict[str, int]] = {}
         self.logs = TaskLogs(self.home, stack.apps)
         self.results: list[FaultResult] = []
 
@@ -855,6 +882,7 @@ class Chaos:
                     f"chaos: {app} did not start and commit within {timeout_s:.0f}s; see {self.home / 'logs'}"
                 )
             say(f"{app}: running (driver {self.sampler.drivers(app)[0]}), batches committing")
+            self.startup_tries[app] = supervisor_tries(self.database, app)
             launched, committed = self.sampler.first_launch(app), committed_since(self.config, app, 0)
             if launched is not None and committed is not None:
                 # The app's first start on this stack, shown beside a restart's own cold start.
@@ -1530,6 +1558,12 @@ def verdict(report: dict[str, Any]) -> list[str]:
                 f"a spark-submit stayed {worker['longest_s']:.0f}s on the Airflow worker "
                 f"(a driver held there; the limit is {worker['limit_s']:.0f}s)"
             )
+    for app, tries in report.get("startup_tries", {}).items():
+        for task, try_number in sorted(tries.items()):
+            if try_number > 1:
+                problems.append(
+                    f"{app}: the stack's start failed a try of its supervisor's {task} (try {try_number})"
+                )
     for fault in report["faults"]:
         if not fault["recovered"]:
             problems.append(f"fault {fault['number']} ({fault['fault']}): not recovered")
@@ -1692,6 +1726,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             report["faults"] = [{**asdict(r), "ok": r.ok} for r in chaos.results]
             report["table"] = fault_table(chaos.results)
             report["cold_start_s"] = chaos.cold_start_s
+            report["startup_tries"] = chaos.startup_tries
             report["drivers"] = {
                 "samples": chaos.sampler.samples,
                 "max_per_app": chaos.sampler.max_drivers,

@@ -3,10 +3,10 @@
 Starts, each in its own process group with a pid file and a log under ``<local root>/stack``
 (``paths.local_root``, else the data root): the Kafka broker; the HDFS when the config manages one
 (``hdfs.manage_local``); PostgreSQL for Airflow's metadata database (``devtools/postgres.py``); Airflow
-(api-server, two schedulers, dag-processor, triggerer; LocalExecutor with parallelism sized for 2 cores)
-with the streaming DAGs unpaused; a live generator at a modest rate;
-Prometheus with the alert rules, Alertmanager and the example webhook receiver when installed, with
-``pipelinectl metrics-targets`` keeping the file Prometheus discovers the drivers in current.
+(api-server, two schedulers, dag-processor, triggerer; LocalExecutor with parallelism sized for 2 cores;
+the schedulers once the api-server answers) with the streaming DAGs unpaused; a live generator at a
+modest rate; Prometheus with the alert rules, Alertmanager and the example webhook receiver when
+installed, with ``pipelinectl metrics-targets`` keeping the file Prometheus discovers the drivers in current.
 `down` stops every group it started (children included), then the apps' drivers, the broker, the HDFS
 and PostgreSQL.
 """
@@ -21,6 +21,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -54,6 +56,8 @@ SCHEDULER_STUCK = "waiting for running tasks to finish"
 APP_DRAIN_S = 60.0
 # How often the stack's Prometheus targets are brought up to date with the drivers' running records.
 METRICS_TARGETS_EVERY_S = 5
+# How long the stack waits for the api-server to answer before it gives up on starting the schedulers.
+API_SERVER_START_TIMEOUT_S = 180.0
 
 
 @dataclass(frozen=True)
@@ -166,7 +170,7 @@ def airflow_components(port: int = AIRFLOW_PORT, setup: AirflowSetup = AIRFLOW_H
     airflow = str(Path(sys.executable).parent / "airflow")
     api_server = [airflow, "api-server", "--host", "127.0.0.1", "--port", str(port)]
     return [
-        Component("airflow-api-server", api_server, kept=True),
+        Component(AIRFLOW_API_SERVER, api_server, kept=True),
         *(
             Component(name, [airflow, "scheduler"], kept=True, kill_on=SCHEDULER_STUCK)
             for name in setup.schedulers
@@ -305,14 +309,20 @@ def up(
         return 1
     if shutil.which("prometheus"):
         write_prometheus_config(config)
+    to_start = []
     for component in components(config, generator_rates, airflow):
         pid = recorded_pid(config, component.name)
         if pid and _alive(pid):
             print(f"{component.name}: already running (pid {pid})")
-            continue
-        pid = start_component(config, component, environment)
-        log = stack_dir(config) / "logs" / f"{component.name}.log"
-        print(f"{component.name}: started (pid {pid}, log {log})")
+        else:
+            to_start.append(component)
+    try:
+        started = start_components(config, to_start, environment, AIRFLOW_PORT)
+    except RuntimeError as error:
+        print(error, file=sys.stderr)
+        return 1
+    for name, pid in started.items():
+        print(f"{name}: started (pid {pid}, log {stack_dir(config) / 'logs' / f'{name}.log'})")
     if not shutil.which("prometheus"):
         print("prometheus: not installed (run `make test-deps`); metrics are still served by each app")
     password = airflow_admin_password(environment["AIRFLOW_HOME"])
@@ -337,7 +347,7 @@ def pipeline_page() -> str:
 
 
 def airflow_api_server_running(config: PipelineConfig) -> bool:
-    pid = recorded_pid(config, "airflow-api-server")
+    pid = recorded_pid(config, AIRFLOW_API_SERVER)
     return bool(pid and _alive(pid))
 
 
@@ -378,6 +388,51 @@ def start_component(config: PipelineConfig, component: Component, environment: d
     return process.pid
 
 
+def api_server_answers(port: int) -> bool:
+    """Whether the api-server on ``port`` answers its health check (no login needed)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/monitor/health", timeout=5) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
+
+
+def start_components(
+    config: PipelineConfig,
+    components: list[Component],
+    environment: dict[str, str],
+    api_port: int,
+    *,
+    say: Callable[[str], None] = print,
+    timeout_s: float = API_SERVER_START_TIMEOUT_S,
+) -> dict[str, int]:
+    """Start the stack's components, Airflow's schedulers last: once its api-server on ``api_port``
+    answers.
+
+    A task that a scheduler hands its executor before then fails its first try (the task's runner
+    cannot reach the execution API and is killed), and the supervisor waits out a retry delay: on the
+    chaos stack, whose supervisors are unpaused before Airflow starts, that cost each start 48 s and a
+    failed try in the UI. Nothing else runs a task, so the rest starts at once. Returns each started
+    component's pid; raises RuntimeError, naming the api-server's log, when it does not answer within
+    ``timeout_s`` (what did start is left running, for `make down` or the caller to stop).
+    """
+    schedulers = [c for c in components if c.name in SCHEDULERS]
+    pids = {c.name: start_component(config, c, environment) for c in components if c not in schedulers}
+    if schedulers:
+        say(f"waiting for Airflow's api-server on 127.0.0.1:{api_port} before starting the schedulers")
+        deadline = time.monotonic() + timeout_s
+        while not api_server_answers(api_port):
+            if time.monotonic() > deadline:
+                log = stack_dir(config) / "logs" / f"{AIRFLOW_API_SERVER}.log"
+                raise RuntimeError(
+                    f"Airflow's api-server did not answer on 127.0.0.1:{api_port} within {timeout_s:.0f}s, "
+                    f"so the schedulers were not started; see {log}"
+                )
+            time.sleep(0.5)
+        pids.update({c.name: start_component(config, c, environment) for c in schedulers})
+    return pids
+
+
 def nightly_start_date(config: PipelineConfig) -> str:
     """The stack's first day, kept across restarts: the nightly DAG catches up from there, no earlier."""
     recorded = stack_dir(config) / "nightly_start_date"
@@ -412,7 +467,7 @@ def down(config: PipelineConfig) -> int:
         "airflow-scheduler",  # the one scheduler of a stack started before decision 0023
         "airflow-triggerer",
         "airflow-dag-processor",
-        "airflow-api-server",
+        AIRFLOW_API_SERVER,
         "webhook-receiver",
         "alertmanager",
         "prometheus",

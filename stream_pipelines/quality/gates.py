@@ -4,18 +4,23 @@ Suites: the raw events of day D (the archive rows the job reads), the streaming 
 and the compliance table's D partition. Policy: an expectation with severity "critical" failing fails
 the gate (QualityGateFailed); a "warning" is reported and does not. Quarantine counts by reason come
 with the raw gate. Validations run through a file Data Context under ``paths.gx`` with a Spark
-dataframe data source on the caller's session, and every run rebuilds the Data Docs site, which then
-loads its scripts and styles from vendored copies (data_docs_assets), so it opens offline.
+dataframe data source on the caller's session.
+
+The Data Docs site is rebuilt once per nightly run, after its gates (``with_data_docs``), from the
+validation results of the last ``retention.data_docs``: a rebuild renders every stored result, so
+unpruned it would grow by three pages a night and take longer every night. The reports keep every
+gate's outcome for as long as they are kept. The site loads its scripts and styles from vendored
+copies (data_docs_assets), so it opens offline.
 
 Great Expectations' file context needs a local disk. When ``paths.gx`` is on an object store, the
-context lives in the local scratch folder and each run copies the rebuilt site to ``paths.gx`` through
-the file layer, where the gate results link to it.
+context lives in the local scratch folder and each rebuilt site replaces the one in ``paths.gx``, where
+the gate results link to it.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,11 +33,13 @@ from stream_pipelines.tables.day_reader import read_dataset_day
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from stream_pipelines.core.config import PipelineConfig
+    from stream_pipelines.core.config import Duration, PipelineConfig
 
 RAW_EVENTS, STREAMING_OUTPUTS, COMPLIANCE = "raw_events", "streaming_outputs", "compliance_table"
 CRITICAL, WARNING = "critical", "warning"
 DATASOURCE = "pipeline_spark"
+# The Data Docs site of a file context (GX's default name for it).
+LOCAL_SITE = "local_site"
 # Aggregates are floating point: min <= avg <= max is checked with this slack.
 FLOAT_SLACK = 1e-9
 
@@ -128,11 +135,11 @@ def with_range_columns(windows: DataFrame) -> DataFrame:
 def validate(
     config: PipelineConfig, frame: DataFrame, suite_name: str, day: date, expectations: list
 ) -> GateResult:
-    """Run one suite over a Spark DataFrame through a Checkpoint that also updates the Data Docs."""
+    """Run one suite over a Spark DataFrame through a Checkpoint, which stores its result (Data Docs
+    are rebuilt once for a run's gates: ``with_data_docs``)."""
     import great_expectations as gx
 
-    project_root = gx_project_root(config)
-    context = gx.get_context(mode="file", project_root_dir=str(project_root))
+    context = gx_context(config)
     source = context.data_sources.add_or_update_spark(name=DATASOURCE)
     asset = next((a for a in source.assets if a.name == suite_name), None) or source.add_dataframe_asset(
         name=suite_name
@@ -145,18 +152,9 @@ def validate(
         gx.ValidationDefinition(name=suite_name, data=batch_definition, suite=suite)
     )
     checkpoint = context.checkpoints.add_or_update(
-        gx.Checkpoint(
-            name=suite_name,
-            validation_definitions=[definition],
-            actions=[gx.checkpoint.UpdateDataDocsAction(name="update_data_docs")],
-        )
+        gx.Checkpoint(name=suite_name, validation_definitions=[definition], actions=[])
     )
     outcome = checkpoint.run(batch_parameters={"dataframe": frame}, run_id=None)
-    data_docs = _docs_index(context)
-    if data_docs:
-        site = Path(data_docs.removeprefix("file://")).parent
-        localize(site)
-        data_docs = publish_data_docs(config, project_root, site) or data_docs
     critical, warnings, evaluated = [], [], 0
     for suite_result in outcome.run_results.values():
         for result in suite_result.results:
@@ -179,8 +177,55 @@ def validate(
         evaluated=evaluated,
         critical_failures=critical,
         warnings=warnings,
-        data_docs=data_docs,
     )
+
+
+def with_data_docs(
+    config: PipelineConfig, results: list[GateResult], now: datetime | None = None
+) -> list[GateResult]:
+    """Rebuild the Data Docs site once, from the validation results younger than
+    ``retention.data_docs``, publish it, and link each of ``results`` to its index."""
+    context = gx_context(config)
+    prune_validation_results(context, config.retention.data_docs, now or datetime.now(UTC))
+    project_root = gx_project_root(config)
+    site = data_docs_site(context)
+    # A rebuild writes the pages of the kept results; the pages of pruned ones would stay behind.
+    store.remove_tree(site)
+    context.build_data_docs(site_names=[LOCAL_SITE])
+    index = _docs_index(context)
+    if index is None:
+        return results
+    localize(site)
+    link = publish_data_docs(config, project_root, site) or index
+    for result in results:
+        result.data_docs = link
+    return results
+
+
+def prune_validation_results(context: Any, kept_for: Duration | None, now: datetime) -> int:
+    """Remove the stored validation results run before ``now - kept_for``; how many were removed."""
+    if kept_for is None:
+        return 0
+    oldest = now - timedelta(seconds=kept_for.seconds)
+    store_ = context.validation_results_store
+    removed = 0
+    for key in store_.list_keys():
+        run_time = key.run_id.run_time
+        if run_time is not None and run_time.astimezone(UTC) < oldest:
+            store_.remove_key(key)
+            removed += 1
+    return removed
+
+
+def data_docs_site(context: Any) -> Path:
+    """The local folder of the context's Data Docs site (GX's default place for it)."""
+    return Path(context.root_directory) / "uncommitted" / "data_docs" / LOCAL_SITE
+
+
+def gx_context(config: PipelineConfig) -> Any:
+    import great_expectations as gx
+
+    return gx.get_context(mode="file", project_root_dir=str(gx_project_root(config)))
 
 
 def gx_project_root(config: PipelineConfig) -> Path:
@@ -199,14 +244,18 @@ def gx_project_root(config: PipelineConfig) -> Path:
 
 
 def publish_data_docs(config: PipelineConfig, project_root: Path, site: Path) -> str | None:
-    """Copy the rebuilt Data Docs site to ``paths.gx`` when that is on an object store; returns the URL
+    """Bring the Data Docs site in ``paths.gx`` to the rebuilt one when that is on an object store (the
+    new pages first, then the pruned ones removed, so a reader never finds it missing); returns the URL
     of its index there (None when ``paths.gx`` is local: the site is already in place)."""
     home = config.data_path("gx")
     if store.is_local(home):
         return None
-    target = f"{home.rstrip('/')}/{site.relative_to(project_root).as_posix()}"
-    store.copy_tree(site, store.location(config.spark.extra_conf, target))
-    return f"{target}/index.html"
+    url = f"{home.rstrip('/')}/{site.relative_to(project_root).as_posix()}"
+    target = store.location(config.spark.extra_conf, url)
+    store.copy_tree(site, target)
+    for stale in set(store.files_under(target)) - set(store.files_under(site)):
+        store.remove_file(target / stale)
+    return f"{url}/index.html"
 
 
 def _describe_kwargs(kwargs: dict[str, Any]) -> str:

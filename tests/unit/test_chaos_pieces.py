@@ -80,13 +80,18 @@ def test_the_table_per_class_and_the_verdict():
         "drivers": {"max_per_app": {"raw_archive": 2}},
         "verification": {"archive": {"lost": 0, "duplicated": 3, "unexpected": 0}},
         "end": {"drained": True, "stopped_gracefully": True},
+        "startup_tries": {"raw_archive": {"wait_until_wanted": 2, "run_app": 1}, "ad_matching": {}},
     }
     problems = verdict(report)
     assert "archive: 3 offsets duplicated" in problems
     assert "raw_archive: 2 drivers at once" in problems
     assert "fault 3 (runner-kill): not recovered" in problems
     assert "fault 3 (runner-kill): no adoption" in problems
-    assert len(problems) == 4
+    assert (
+        "raw_archive: the stack's start failed a try of its supervisor's wait_until_wanted (try 2)"
+        in problems
+    )
+    assert len(problems) == 5
 
 
 def test_the_runner_of_an_adopted_driver_is_found_by_its_task_instance_id():
