@@ -11,14 +11,17 @@ PostgreSQL) is stopped at the end: the page's API must answer that it is away.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,7 +35,7 @@ from stream_pipelines.devtools import stack
 from stream_pipelines.devtools.processes import free_port, stop_processes
 from stream_pipelines.observability import runbooks
 from stream_pipelines.observability.metrics import MetricsExporter, observe_event_time, observe_quarantine
-from stream_pipelines.observability.monitoring_rules import render_prometheus_config
+from stream_pipelines.observability.monitoring_rules import AIRFLOW_API_SERVER, render_prometheus_config
 from tests.conftest import pipeline_environment, wait_for
 
 APP = "sensor_aggregation"
@@ -153,10 +156,9 @@ def test_the_page_in_the_airflow_ui_shows_what_the_running_app_exports(spark, me
     components = [
         c
         for c in stack.airflow_components(airflow_port)
-        if c.name in ("airflow-api-server", "airflow-dag-processor")
+        if c.name in (AIRFLOW_API_SERVER, "airflow-dag-processor")
     ]
-    for component in components:
-        stack.start_component(config, component, environment)
+    stack.start_components(config, components, environment, airflow_port)
     alertmanager = start_alertmanager(tmp_path, alertmanager_port)
 
     source = tmp_path / "source"
@@ -277,6 +279,7 @@ def test_the_page_in_the_airflow_ui_shows_what_the_running_app_exports(spark, me
                 alerts = frame.locator("#alerts").inner_text()
                 reconciliation = frame.locator(f"#reconciliation tr[data-day='{DAY}']").inner_text()
                 unreachable = frame.locator("tr[data-app='raw_archive'] .unreachable").first.inner_text()
+                no_graphs = frame.locator("#graphs + div + p.unreachable").inner_text()
                 screenshot = tmp_path / "streaming-pipeline-page.png"
                 page.screenshot(path=str(screenshot), full_page=True)
                 print(f"screenshot of the page: {screenshot}")
@@ -340,6 +343,9 @@ def test_the_page_in_the_airflow_ui_shows_what_the_running_app_exports(spark, me
         assert frame_link == f"runbooks#{section}"
         assert "failed" in reconciliation and "\t1\t3\t" in f"{reconciliation}\t"
         assert unreachable.startswith("metrics unreachable")
+        assert no_graphs.startswith(
+            f"No graphs: Prometheus is unreachable: Prometheus http://127.0.0.1:{closed}"
+        )
         # The page and its links only read: no run of either action DAG was made.
         for dag_id in ("pipeline_control", "checkpoint_reset"):
             status, _, body = get(
@@ -402,16 +408,15 @@ def _dag_parsed(base: str, token: str, dag_id: str) -> bool:
     return status == 200
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(180)
-def test_late_drops_and_quarantined_rows_of_the_last_hour_come_from_prometheus_when_it_runs(tmp_path):
-    """A real Prometheus scrapes the real exporter code (``ProgressRecorder``, fed Spark-shaped
-    progress, no JVM), with monitoring/prometheus.yml's job moved to it; the page counts from there."""
+@contextlib.contextmanager
+def scraped_recorder(tmp_path: Path, *overrides: str) -> Iterator[tuple[Any, Any, str]]:
+    """The real exporter code (``ProgressRecorder``, fed Spark-shaped progress, no JVM) for the sensor
+    app, scraped every second by a real Prometheus with monitoring/prometheus.yml's job moved to it;
+    (config, recorder, Prometheus' URL), once Prometheus answers."""
     import yaml
     from prometheus_client import CollectorRegistry, start_http_server
 
     from stream_pipelines.observability.metrics import ProgressRecorder
-    from tests.unit.test_health_page import progress
 
     binary = shutil.which("prometheus")
     if binary is None:
@@ -423,13 +428,13 @@ def test_late_drops_and_quarantined_rows_of_the_last_hour_come_from_prometheus_w
             f"paths.data_root={tmp_path / 'data'}",
             f"metrics.ports.{APP}={exporter_port}",
             f"metrics.prometheus_url=http://127.0.0.1:{prometheus_port}",
+            *overrides,
         ],
     )
     recorder = ProgressRecorder(config, declared_app(APP))
     registry = CollectorRegistry()
     registry.register(recorder)
     server, _thread = start_http_server(exporter_port, addr="127.0.0.1", registry=registry)
-
     scrape = render_prometheus_config(
         targets={APP: f"127.0.0.1:{exporter_port}"},
         app_targets_file=tmp_path / "stream_pipelines.json",
@@ -449,6 +454,23 @@ def test_late_drops_and_quarantined_rows_of_the_last_hour_come_from_prometheus_w
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
+    try:
+        base = f"http://127.0.0.1:{prometheus_port}"
+        wait_for(lambda: _answers(f"{base}/-/ready"), 60, "Prometheus", poll_s=0.5)
+        yield config, recorder, base
+    finally:
+        prometheus.terminate()
+        prometheus.wait(timeout=30)
+        log.close()
+        server.shutdown()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_late_drops_and_quarantined_rows_of_the_last_hour_come_from_prometheus_when_it_runs(tmp_path):
+    """A real Prometheus scrapes the real exporter code; the page counts from there."""
+    from tests.unit.test_health_page import progress
+
     now = datetime.now(UTC).timestamp()
 
     def batch(number: int):
@@ -456,10 +478,8 @@ def test_late_drops_and_quarantined_rows_of_the_last_hour_come_from_prometheus_w
             f"{APP}.tumbling", batch=number, watermark=now - 200, partitions={0: now}, topic="sensors"
         )
 
-    try:
+    with scraped_recorder(tmp_path) as (config, recorder, base):
         recorder.query_progress(batch(1))  # 3 late drops, 2 quarantined rows per batch
-        base = f"http://127.0.0.1:{prometheus_port}"
-        wait_for(lambda: _answers(f"{base}/-/ready"), 60, "Prometheus", poll_s=0.5)
 
         def scraped_once() -> bool:
             counts = health.prometheus_counts(base)
@@ -485,8 +505,61 @@ def test_late_drops_and_quarantined_rows_of_the_last_hour_come_from_prometheus_w
         # The endpoint's totals are what Prometheus counted from: 9 drops and 6 rows so far.
         totals = exported(health.metrics_url(config, declared_app(APP)))
         assert value_of(totals, "pipeline_late_rows_dropped_total", query=f"{APP}.tumbling") == 9
-    finally:
-        prometheus.terminate()
-        prometheus.wait(timeout=30)
-        log.close()
-        server.shutdown()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_the_page_draws_a_lag_incident_from_prometheus_crossing_twice_the_delay(tmp_path):
+    """The sensor app's watermark stops while the wall clock goes on: its lag, scraped by a real
+    Prometheus, crosses twice the delay (the WatermarkLagHigh threshold), and the page draws it, from
+    Prometheus' range API, next to the threshold. The page (as the plugin renders it) is opened in
+    Chromium and photographed."""
+    from playwright.sync_api import sync_playwright
+
+    from stream_pipelines.airflow.plugin import render_page
+    from stream_pipelines.observability import graphs
+    from tests.unit.test_health_page import progress
+
+    delay_s, window_hours = 10.0, 1 / 60  # threshold 20 s; a minute, a point a second
+    with scraped_recorder(tmp_path, f"sensors.watermark={delay_s:g} seconds") as (config, recorder, base):
+        stopped_at = datetime.now(UTC).timestamp() - 12  # a lag of 12 s, growing a second a second
+        recorder.query_progress(
+            progress(
+                f"{APP}.tumbling", batch=1, watermark=stopped_at, partitions={0: stopped_at}, topic="sensors"
+            )
+        )
+
+        def crossed() -> graphs.AppGraphs | None:
+            drawn = graphs.app_graphs(base, APP, hours=window_hours)
+            lag = {s.name: s for s in drawn.graphs[0].series} if drawn.graphs else {}
+            line, threshold = (
+                lag.get(f"watermark lag {APP}.tumbling"),
+                lag.get(f"alert threshold {APP}.tumbling"),
+            )
+            if not line or not threshold:
+                return None
+            values = [v for _, v in line.points]
+            return drawn if min(values) < 2 * delay_s < max(values) - 3 else None
+
+        wait_for(
+            lambda: crossed() is not None, 90, "the lag to cross twice the delay in Prometheus", poll_s=1
+        )
+        drawn = crossed()
+        assert {v for _, v in drawn.graphs[0].series[1].points} == {2 * delay_s}
+        page = health.collect(config, graph_hours=window_hours)
+        assert APP in [drawn.app for drawn in page.graphs]
+        html = render_page(page, focus=APP)
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
+            try:
+                shown = browser.new_page(viewport={"width": 1500, "height": 1100})
+                shown.set_content(html)
+                section = shown.locator(f"#graphs-{APP}")
+                assert section.locator("svg").count() == len(graphs.PAGE_PANELS)
+                assert section.locator(f'[id="alert threshold {APP}.tumbling"]').count() == 1
+                section.scroll_into_view_if_needed()
+                screenshot = tmp_path / "lag-incident.png"
+                section.screenshot(path=str(screenshot))
+                print(f"screenshot of the lag incident: {screenshot}")
+            finally:
+                browser.close()

@@ -41,6 +41,8 @@ from stream_pipelines.core.procfs import process_exists
 from stream_pipelines.core.registry import APPS, App, spark_query_name
 from stream_pipelines.core.shipped import MONITORING
 from stream_pipelines.core.store import StoreError
+from stream_pipelines.observability.graphs import HOURS as GRAPH_HOURS
+from stream_pipelines.observability.graphs import AppGraphs, cached_app_graphs
 from stream_pipelines.observability.watchdog import Watchdog, WatchdogSettings
 from stream_pipelines.reconciliation import days as day_states
 
@@ -602,6 +604,10 @@ class HealthPage:
     # None while Airflow's metadata database answers; else why it does not. Nothing on this page
     # comes from it, so the page stands while it is away and says so.
     metadata_database_away: str | None = None
+    # Each app's last hours from Prometheus; empty when it is not configured or does not answer
+    # (prometheus_source says which).
+    graphs: list[AppGraphs] = field(default_factory=list)
+    graph_hours: float = GRAPH_HOURS
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -613,6 +619,8 @@ def collect(
     now: float | None = None,
     fetch: Callable[[str], bytes] = http_get,
     metadata_database_away: Callable[[], str | None] = lambda: None,
+    graphs_of: Callable[[str, str, float], AppGraphs] = cached_app_graphs,
+    graph_hours: float = GRAPH_HOURS,
 ) -> HealthPage:
     """Read every source once and assemble the page; a source that fails is named, never raised.
     ``metadata_database_away`` says why Airflow's metadata database does not answer (None when it does):
@@ -693,6 +701,12 @@ def collect(
         days = event_days(config, now)
     except (OSError, ValueError, StoreError) as error:
         days_error = f"unreachable: {error}"
+    drawn: list[AppGraphs] = []
+    if prometheus is not None and config.metrics.prometheus_url:
+        for declared in APPS.values():
+            drawn.append(graphs_of(config.metrics.prometheus_url, declared.name, graph_hours))
+            if drawn[-1].error:  # Prometheus stopped answering: said once, not waited for per app
+                break
     return HealthPage(
         generated_at=iso(now),
         rows=rows,
@@ -706,6 +720,8 @@ def collect(
         lag_factor=lag_factor,
         lag_rule=lag_rule,
         metadata_database_away=metadata_database_away(),
+        graphs=drawn,
+        graph_hours=graph_hours,
     )
 
 

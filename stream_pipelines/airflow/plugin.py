@@ -35,7 +35,7 @@ from stream_pipelines.airflow import health, task_config
 from stream_pipelines.airflow.nightly import first_event_day
 from stream_pipelines.core import store
 from stream_pipelines.core.registry import query_of
-from stream_pipelines.observability import runbooks
+from stream_pipelines.observability import graphs, runbooks
 from stream_pipelines.reconciliation import days
 
 # Where Airflow mounts the page; the alert rules link it and its runbooks under the same prefix.
@@ -104,8 +104,16 @@ def create_app() -> FastAPI:
         )
 
     @app.get("/", response_class=HTMLResponse)
-    def page(_user: Annotated[Any, Depends(_page_user)], dag_id: str | None = None) -> str:
-        collected = health.collect(task_config(), metadata_database_away=metadata_database_away)
+    def page(
+        _user: Annotated[Any, Depends(_page_user)], dag_id: str | None = None, hours: int = graphs.HOURS
+    ) -> str:
+        if hours not in graphs.WINDOWS:
+            raise HTTPException(
+                400, f"hours={hours}: the graphs show {', '.join(map(str, graphs.WINDOWS))} hours"
+            )
+        collected = health.collect(
+            task_config(), metadata_database_away=metadata_database_away, graph_hours=hours
+        )
         return render_page(collected, focus=health.app_of_dag(dag_id))
 
     @app.get("/runbooks", response_class=HTMLResponse)
@@ -196,6 +204,8 @@ td.queries{min-width:220px} td.actions{min-width:180px} .scroll{overflow-x:auto}
 code{white-space:normal;word-break:break-all}
 .stalled{background:#fed7d7;font-weight:600} code{font-size:12px;background:#f1f4f7;padding:0 3px}
 ul{margin:0;padding-left:16px}
+h3{font-size:13px;margin:10px 0 2px} .graphs{display:flex;flex-wrap:wrap;gap:6px}
+.graphs svg{width:420px;height:auto;border:1px solid #d8dde3}
 """
 
 # The UI shows the page in a sandboxed iframe that may not navigate the top window; Airflow's own
@@ -265,6 +275,9 @@ Counts: {_e(page.prometheus_source)}. Alerts: {_e(page.alerts_source)}.
 {_lag_rule(page)}</div>
 {_metadata_database(page)}
 <div class="scroll">{_table("apps", _APP_HEADINGS, rows)}</div>
+<h2 id="graphs">The last {_window(page.graph_hours)}</h2>
+{_graph_windows(page)}
+{_graphs(page)}
 <h2>Sensors topic: newest event time per partition</h2>
 {partitions or '<p class="small">No app exports per-partition event time right now.</p>'}
 <h2>Active alerts</h2>
@@ -275,6 +288,35 @@ Counts: {_e(page.prometheus_source)}. Alerts: {_e(page.alerts_source)}.
 {_reconciliation(page)}
 <script>{_SCRIPT}</script>
 </body></html>"""
+
+
+def _window(hours: float) -> str:
+    return f"{hours * 60:g} minutes" if hours < 1 else f"{hours:g} hours" if hours != 1 else "hour"
+
+
+def _graph_windows(page: health.HealthPage) -> str:
+    """Links to the page with the graphs over each window it offers."""
+    links = [
+        _e(f"{hours} h")
+        if hours == page.graph_hours
+        else _tag("a", _e(f"{hours} h"), href=f"?hours={hours}#graphs")
+        for hours in graphs.WINDOWS
+    ]
+    return _small("Window: " + " · ".join(links))
+
+
+def _graphs(page: health.HealthPage) -> str:
+    """Each app's graphs (``observability.graphs``), or why there are none."""
+    if not page.graphs:
+        return _tag("p", f"No graphs: Prometheus is {_e(page.prometheus_source)}.", class_="unreachable")
+    sections = []
+    for drawn in page.graphs:
+        if drawn.error:
+            body = _tag("p", f"No graphs: {_e(drawn.error)}", class_="unreachable")
+        else:
+            body = _tag("div", "".join(drawn.svgs()), class_="graphs")
+        sections.append(_tag("section", _tag("h3", _e(drawn.app)) + body, id=f"graphs-{drawn.app}"))
+    return "\n".join(sections)
 
 
 def render_runbooks(rendered: runbooks.RenderedRunbooks) -> str:
@@ -355,7 +397,13 @@ def _app_row(row: health.AppRow, focus: bool) -> str:
         for dag in ("pipeline_control", "checkpoint_reset")
     )
     cells = [
-        _tag("td", _tag("b", _e(row.app)) + _small(dag_link) + unreachable),
+        _tag(
+            "td",
+            _tag("b", _e(row.app))
+            + _small(dag_link)
+            + _small(_tag("a", "graphs", href=f"#graphs-{row.app}"))
+            + unreachable,
+        ),
         _tag("td", state + _small(_e(row.state_detail))),
         _tag("td", owner, data_field="owner"),
         _tag("td", _tag("ul", "".join(_query(query) for query in row.queries)), class_="queries"),
