@@ -7,7 +7,8 @@ the panels and the targets of each that the page draws, so a query is written on
 Prometheus' HTTP API (``/api/v1/query_range``). They are drawn on the server as inline SVG with
 matplotlib, the library that draws the nightly report's plots. Matplotlib is pinned in the lock and
 needs no network and no script in the browser, which suits the page: the UI shows it in a sandboxed
-iframe and it reloads itself every 10 s. A page load draws at most once per ``CACHE_S``.
+iframe and it reloads itself every 10 s. An app is drawn at most once a step of the window (a new
+point), and at most once per ``CACHE_S``.
 """
 
 from __future__ import annotations
@@ -147,11 +148,12 @@ _cache_lock = threading.Lock()
 
 
 def cached_app_graphs(base_url: str, app: str, hours: float = HOURS) -> AppGraphs:
-    """``app_graphs``, asked of Prometheus at most once per ``CACHE_S`` (the page reloads every 10 s)."""
+    """``app_graphs``, asked of Prometheus and drawn at most once a step of the window (a new point) and
+    once per ``CACHE_S``: the page reloads every 10 s, and drawing an app takes about 0.6 s of CPU."""
     key, now = (base_url, app, hours), time.time()
     with _cache_lock:
         kept = _cached.get(key)
-        if kept and now - kept[0] < min(CACHE_S, hours * 3600 / POINTS):
+        if kept and now - kept[0] < max(CACHE_S, hours * 3600 / POINTS):
             return kept[1]
     fresh = app_graphs(base_url, app, hours=hours, now=now)
     with _cache_lock:
@@ -189,7 +191,7 @@ def _svg(figure: Any, graph: Graph, start: float, end: float, date_formatter: An
         axes.legend(fontsize=6, loc="upper left")
     else:
         axes.text(0.5, 0.5, "no data", transform=axes.transAxes, ha="center", va="center", color="#777")
-    figure.tight_layout()
+    figure.subplots_adjust(left=0.11, right=0.98, top=0.88, bottom=0.14)
     out = io.StringIO()
     figure.savefig(out, format="svg")
     text = out.getvalue()
