@@ -705,7 +705,7 @@ def collect(
     if prometheus is not None and config.metrics.prometheus_url:
         for declared in APPS.values():
             drawn.append(graphs_of(config.metrics.prometheus_url, declared.name, graph_hours))
-            if drawn[-1].error:  # Prometheus stopped answering: said once, not waited for per app
+            if drawn[-1].unreachable:  # Prometheus stopped answering: said once, not waited for per app
                 break
     return HealthPage(
         generated_at=iso(now),

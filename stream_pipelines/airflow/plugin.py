@@ -311,10 +311,11 @@ def _graphs(page: health.HealthPage) -> str:
         return _tag("p", f"No graphs: Prometheus is {_e(page.prometheus_source)}.", class_="unreachable")
     sections = []
     for drawn in page.graphs:
+        charts = drawn.svgs()  # first: a graph that cannot be drawn becomes the app's error
         if drawn.error:
             body = _tag("p", f"No graphs: {_e(drawn.error)}", class_="unreachable")
         else:
-            body = _tag("div", "".join(drawn.svgs()), class_="graphs")
+            body = _tag("div", "".join(charts), class_="graphs")
         sections.append(_tag("section", _tag("h3", _e(drawn.app)) + body, id=f"graphs-{drawn.app}"))
     return "\n".join(sections)
 

@@ -13,8 +13,10 @@ point), and at most once per ``CACHE_S``.
 
 from __future__ import annotations
 
+import http.client
 import io
 import json
+import math
 import re
 import threading
 import time
@@ -43,6 +45,7 @@ HOURS = 3  # the page's window unless it is asked for another (WINDOWS)
 WINDOWS = (1, 3, 12, 48)
 POINTS = 180  # per series: a point a minute over 3 hours
 QUERY_TIMEOUT_S = 5.0
+BUDGET_S = 10.0  # for all of an app's queries
 CACHE_S = 30.0
 _LEGEND_FIELD = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 _UNITS = {"s": "seconds", "short": "rows/s"}
@@ -84,12 +87,18 @@ class AppGraphs:
     start: float
     end: float
     error: str | None = None
+    unreachable: bool = False  # Prometheus did not answer (a refused query leaves it answering)
 
     def svgs(self) -> list[str]:
-        """Each graph drawn (once: the cache hands the same object to every page load meanwhile)."""
+        """Each graph drawn, once (the cache hands the same object to every page load meanwhile). A graph
+        matplotlib cannot draw becomes the app's error: the page says so instead of failing."""
         drawn = self.__dict__.get("_svgs")
         if drawn is None:
-            drawn = self.__dict__["_svgs"] = [svg(graph, self.start, self.end) for graph in self.graphs]
+            try:
+                drawn = [svg(graph, self.start, self.end) for graph in self.graphs]
+            except (ValueError, RuntimeError, OverflowError) as error:
+                self.graphs, self.error, drawn = [], f"could not draw the graphs: {error}", []
+            self.__dict__["_svgs"] = drawn
         return drawn
 
 
@@ -107,58 +116,112 @@ def page_panels(dashboard: Path = DASHBOARD) -> tuple[Panel, ...]:
     return tuple(found)
 
 
-def query_range(base_url: str, expr: str, start: float, end: float, step_s: float) -> list[dict[str, Any]]:
+def query_range(
+    base_url: str, expr: str, start: float, end: float, step_s: float, timeout_s: float = QUERY_TIMEOUT_S
+) -> list[dict[str, Any]]:
     """Prometheus' answer to a range query: one ``{"metric": labels, "values": [[t, "v"], ...]}`` per
-    series. Raises OSError when Prometheus does not answer, ValueError when it refuses the query."""
+    series. Raises PrometheusUnreachable when Prometheus does not answer (in time), ValueError when it
+    refuses the query or answers something else."""
     parameters = urllib.parse.urlencode({"query": expr, "start": start, "end": end, "step": f"{step_s:g}"})
     url = f"{base_url.rstrip('/')}/api/v1/query_range?{parameters}"
-    with urllib.request.urlopen(url, timeout=QUERY_TIMEOUT_S) as response:
-        answer = json.loads(response.read())
-    if answer.get("status") != "success":
-        raise ValueError(f"Prometheus refused {expr!r}: {answer.get('error', answer)}")
-    return answer["data"]["result"]
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            body = response.read()
+    except (OSError, http.client.HTTPException) as error:
+        raise PrometheusUnreachable(str(error) or type(error).__name__) from error
+    try:
+        answer = json.loads(body)
+        if answer.get("status") != "success":
+            raise ValueError(f"Prometheus refused {expr!r}: {answer.get('error', answer)}")
+        result = answer["data"]["result"]
+        return [
+            {"metric": dict(found.get("metric", {})), "values": list(found["values"])} for found in result
+        ]
+    except (AttributeError, KeyError, TypeError) as error:  # JSON, but not a range query's answer
+        raise ValueError(f"Prometheus answered {expr!r} with something else: {error!r}") from error
+
+
+class PrometheusUnreachable(OSError):
+    """Prometheus did not answer, or not within the time the page gives it."""
 
 
 def legend(template: str, labels: dict[str, str]) -> str:
     return _LEGEND_FIELD.sub(lambda match: labels.get(match.group(1), "?"), template)
 
 
-def app_graphs(base_url: str, app: str, *, hours: float = HOURS, now: float | None = None) -> AppGraphs:
-    """The page's graphs of ``app`` over the last ``hours``, from the Prometheus at ``base_url``."""
+def finite_points(values: list[list[Any]]) -> list[tuple[float, float]]:
+    """(time, value) pairs; Prometheus' NaN and infinities are left out (no line, and no JSON can carry
+    them to the page's API)."""
+    points = []
+    for moment, text in values:
+        value = float(text)
+        if math.isfinite(value):
+            points.append((float(moment), value))
+    return points
+
+
+def app_graphs(
+    base_url: str, app: str, *, hours: float = HOURS, now: float | None = None, budget_s: float = BUDGET_S
+) -> AppGraphs:
+    """The page's graphs of ``app`` over the last ``hours``, from the Prometheus at ``base_url``; its
+    queries get ``budget_s`` in all, so a slow Prometheus cannot hold the page."""
     end = time.time() if now is None else now
     start = end - hours * 3600
     step_s = max(1.0, (end - start) / POINTS)
+    deadline = time.monotonic() + budget_s
     graphs = []
     try:
         for panel in page_panels():
             graph = Graph(panel.title, panel.unit)
             for query in panel.queries:
-                for found in query_range(base_url, query.expr.replace("$app", app), start, end, step_s):
-                    points = [(float(t), float(v)) for t, v in found["values"]]
-                    name = legend(query.legend, found.get("metric", {}))
-                    graph.series.append(Series(name, bool(THRESHOLD_LEGEND.match(name)), points))
+                left_s = deadline - time.monotonic()
+                if left_s <= 0:
+                    raise PrometheusUnreachable(f"no answer to every query within {budget_s:g} s")
+                expr = query.expr.replace("$app", app)
+                for found in query_range(base_url, expr, start, end, step_s, min(QUERY_TIMEOUT_S, left_s)):
+                    name = legend(query.legend, found["metric"])
+                    graph.series.append(
+                        Series(name, bool(THRESHOLD_LEGEND.match(name)), finite_points(found["values"]))
+                    )
             graphs.append(graph)
-    except (OSError, ValueError) as error:
+    except PrometheusUnreachable as error:
+        return AppGraphs(app, [], start, end, error=f"Prometheus {base_url}: {error}", unreachable=True)
+    except ValueError as error:
         return AppGraphs(app, [], start, end, error=f"Prometheus {base_url}: {error}")
     return AppGraphs(app, graphs, start, end)
 
 
 _cached: dict[tuple[str, str, float], tuple[float, AppGraphs]] = {}
+_filling: dict[tuple[str, str, float], threading.Lock] = {}
 _cache_lock = threading.Lock()
 
 
 def cached_app_graphs(base_url: str, app: str, hours: float = HOURS) -> AppGraphs:
-    """``app_graphs``, asked of Prometheus and drawn at most once a step of the window (a new point) and
-    once per ``CACHE_S``: the page reloads every 10 s, and drawing an app takes about 0.6 s of CPU."""
-    key, now = (base_url, app, hours), time.time()
+    """``app_graphs``, drawn: asked of Prometheus and drawn at most once a step of the window (a new
+    point) and once per ``CACHE_S``, however many page loads ask meanwhile (the page reloads every 10 s,
+    and drawing an app takes about 0.6 s of CPU). A failure is not kept: the next load asks again."""
+    key = (base_url, app, hours)
     with _cache_lock:
-        kept = _cached.get(key)
+        filling = _filling.setdefault(key, threading.Lock())
+    with filling:  # one page load fills an expired entry; the others wait for it and take its result
+        now = time.time()
+        with _cache_lock:
+            kept = _cached.get(key)
         if kept and now - kept[0] < max(CACHE_S, hours * 3600 / POINTS):
             return kept[1]
-    fresh = app_graphs(base_url, app, hours=hours, now=now)
-    with _cache_lock:
-        _cached[key] = (now, fresh)
-    return fresh
+        fresh = app_graphs(base_url, app, hours=hours, now=now)
+        fresh.svgs()
+        if fresh.error is None:
+            with _cache_lock:
+                _cached[key] = (now, fresh)
+        return fresh
+
+
+# Matplotlib's settings are global: one drawing at a time, with the page's own.
+_drawing = threading.Lock()
+# Text as text, not as glyph outlines (a third of the size, and the labels stay searchable); a label
+# value with two dollar signs is text, not mathtext.
+DRAWING_SETTINGS = {"svg.fonttype": "none", "text.parse_math": False}
 
 
 def svg(graph: Graph, start: float, end: float) -> str:
@@ -167,8 +230,7 @@ def svg(graph: Graph, start: float, end: float) -> str:
     from matplotlib.dates import DateFormatter
     from matplotlib.figure import Figure
 
-    # Text as text, not as glyph outlines: a third of the size, and the labels stay searchable.
-    with rc_context({"svg.fonttype": "none"}):
+    with _drawing, rc_context(DRAWING_SETTINGS):
         return _svg(Figure(figsize=(4.2, 2.2), dpi=72), graph, start, end, DateFormatter)
 
 

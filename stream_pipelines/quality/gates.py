@@ -19,6 +19,7 @@ the gate results link to it.
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -38,8 +39,10 @@ if TYPE_CHECKING:
 RAW_EVENTS, STREAMING_OUTPUTS, COMPLIANCE = "raw_events", "streaming_outputs", "compliance_table"
 CRITICAL, WARNING = "critical", "warning"
 DATASOURCE = "pipeline_spark"
-# The Data Docs site of a file context (GX's default name for it).
+# The Data Docs site of a file context (GX's default name for it), and its folder of one page per
+# validation result, the part that grows night after night.
 LOCAL_SITE = "local_site"
+VALIDATION_PAGES = "validations"
 # Aggregates are floating point: min <= avg <= max is checked with this slack.
 FLOAT_SLACK = 1e-9
 
@@ -63,6 +66,8 @@ class GateResult:
     warnings: list[str] = field(default_factory=list)
     rows: int = 0
     data_docs: str | None = None
+    # Why the Data Docs site was not rebuilt (the gate's outcome stands; the site is only a view of it).
+    data_docs_error: str | None = None
     quarantine: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
@@ -189,9 +194,14 @@ def with_data_docs(
     prune_validation_results(context, config.retention.data_docs, now or datetime.now(UTC))
     project_root = gx_project_root(config)
     site = data_docs_site(context)
-    # A rebuild writes the pages of the kept results; the pages of pruned ones would stay behind.
-    store.remove_tree(site)
+    built_at = time.time() - 1  # a second's slack for the file system's clock
     context.build_data_docs(site_names=[LOCAL_SITE])
+    # The rebuild rewrote the page of every kept result, in place (the site stays readable meanwhile);
+    # the pages of pruned results are the ones it left older than that.
+    pages = site / VALIDATION_PAGES
+    for name, (_size, modified) in store.tree_entries(pages).items():
+        if modified < built_at:
+            store.remove_file(pages / name)
     index = _docs_index(context)
     if index is None:
         return results

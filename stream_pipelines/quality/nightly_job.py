@@ -66,7 +66,7 @@ def run_nightly(
     progress("quality gate on the raw events (Great Expectations)")
     raw_events = gates.raw_events_gate(config, day, spark)
     if not raw_events.success:
-        gates.enforce(*gates.with_data_docs(config, [raw_events]))
+        gates.enforce(*data_docs_or_why_not(config, [raw_events], progress))
     result = run_reconciliation(
         config, day, spark=spark, fail_on_unexplained=False, write_the_report=False, progress=progress
     )
@@ -76,7 +76,7 @@ def run_nightly(
     if "compliance" in result.outputs:  # written only when every diff is explained
         checked.append(gates.compliance_gate(config, day, spark))
     progress("rebuilding the Data Docs site")
-    gates.with_data_docs(config, checked)
+    data_docs_or_why_not(config, checked, progress)
 
     result.quality_gates = [gate.as_json() for gate in checked]
     write_report(result, report_dir(config, result.day))
@@ -85,6 +85,21 @@ def run_nightly(
     for gate in checked:
         gates.enforce(gate)
     return result
+
+
+def data_docs_or_why_not(
+    config: PipelineConfig, results: list[gates.GateResult], progress: Callable[[str], None]
+) -> list[gates.GateResult]:
+    """The Data Docs site rebuilt for ``results``; should that fail, each result says why and the run
+    goes on: the site is a view of the gates' outcomes, which the report keeps whatever happens."""
+    try:
+        return gates.with_data_docs(config, results)
+    except Exception as error:  # GX's and the stores' errors alike: none may cost the night its report
+        why = f"{type(error).__name__}: {error}"
+        progress(f"the Data Docs site was not rebuilt: {why}")
+        for result in results:
+            result.data_docs_error = why
+        return results
 
 
 # --------------------------------------------------------------------------- entry point

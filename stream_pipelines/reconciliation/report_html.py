@@ -545,6 +545,9 @@ def details_section(document: dict[str, Any]) -> str:
             if g.get("data_docs")
         )
         parts.append(f"<p>{_labelled('data_docs')}:</p><ul>{links}</ul>" if links else "")
+        missing = next((g["data_docs_error"] for g in gates if g.get("data_docs_error")), None)
+        if missing:
+            parts.append(f"<p>The Data Docs site was not rebuilt: {html.escape(str(missing))}</p>")
     else:
         parts.append("<p>Not attached yet (the nightly DAG adds them after this job).</p>")
     parts.append("</section>")

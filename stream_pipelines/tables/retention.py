@@ -290,6 +290,6 @@ def stated(config: PipelineConfig) -> dict[str, str]:
     kept = {
         dataset.name: str(dataset.kept_for(config) or "forever") for dataset in registry.DATASETS.values()
     }
-    for name in ("batch_log", "reset_copies", "maintenance_records", "reports"):
+    for name in ("batch_log", "reset_copies", "maintenance_records", "reports", "data_docs"):
         kept[name] = str(getattr(config.retention, name) or "forever")
     return kept

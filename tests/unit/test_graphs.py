@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.server
 import json
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 
@@ -23,22 +24,40 @@ NOW = 1_800_000_000.0
 
 
 class FakePrometheus(http.server.BaseHTTPRequestHandler):
-    """Answers every range query with one series per query of the app, its value rising 1 a step."""
+    """Answers every range query with one series per query of the app, its value rising 1 a step (the
+    query label and the first value as ``labels`` and ``first`` say); instant queries with nothing;
+    ``delay_s`` before each answer, and ``refuse`` refuses every range query."""
 
     asked: list[dict[str, str]] = []
+    labels: dict[str, str] = {}
+    first = "0"
+    delay_s = 0.0
+    refuse = False
 
     def do_GET(self) -> None:
         url = urllib.parse.urlparse(self.path)
         asked = dict(urllib.parse.parse_qsl(url.query))
+        time.sleep(FakePrometheus.delay_s)
+        if url.path == "/api/v1/query":
+            self.answer({"status": "success", "data": {"resultType": "vector", "result": []}})
+            return
         FakePrometheus.asked.append(asked)
-        if url.path != "/api/v1/query_range":
-            self.send_response(404)
-            self.end_headers()
+        if FakePrometheus.refuse:
+            self.answer({"status": "error", "errorType": "bad_data", "error": "parse error"})
             return
         start, end, step = float(asked["start"]), float(asked["end"]), float(asked["step"])
         values = [[start + i * step, str(i)] for i in range(int((end - start) / step) + 1)]
-        result = [{"metric": {"app": APP, "query": f"{APP}.tumbling"}, "values": values}]
-        body = json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}).encode()
+        values[0][1] = FakePrometheus.first
+        labels = {"app": APP, "query": f"{APP}.tumbling", **FakePrometheus.labels}
+        self.answer(
+            {
+                "status": "success",
+                "data": {"resultType": "matrix", "result": [{"metric": labels, "values": values}]},
+            }
+        )
+
+    def answer(self, document: dict) -> None:
+        body = json.dumps(document).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.end_headers()
@@ -50,7 +69,8 @@ class FakePrometheus(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def prometheus() -> Iterator[str]:
-    FakePrometheus.asked = []
+    FakePrometheus.asked, FakePrometheus.labels, FakePrometheus.first = [], {}, "0"
+    FakePrometheus.delay_s, FakePrometheus.refuse = 0.0, False
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakePrometheus)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
@@ -132,3 +152,52 @@ def test_the_page_shows_each_apps_graphs_under_its_own_anchor(prometheus, tmp_pa
         section = html.split(f'<section id="graphs-{app}">', 1)[1].split("</section>", 1)[0]
         assert section.count("<svg") == len(graphs.PAGE_PANELS), app
     assert " src=" not in html and "<link" not in html, "nothing fetched from elsewhere"
+
+
+def test_a_nan_sample_is_no_point_and_a_label_with_dollar_signs_is_drawn_as_text(prometheus):
+    FakePrometheus.first, FakePrometheus.labels = "NaN", {"query": "odd $x$ name"}
+    drawn = graphs.app_graphs(prometheus, APP, now=NOW)
+    line = drawn.graphs[0].series[0]
+    assert line.name == "watermark lag odd $x$ name" and line.points[0][0] == NOW - 3 * 3600 + 60
+    assert drawn.error is None and "odd $x$ name" in drawn.svgs()[0]
+
+
+def test_the_cache_asks_and_draws_once_a_step_for_every_page_load_meanwhile(prometheus):
+    hours = 1 / 20  # a step of 1 s, so the cache keeps it CACHE_S
+    results: list[graphs.AppGraphs] = []
+    loads = [
+        threading.Thread(target=lambda: results.append(graphs.cached_app_graphs(prometheus, APP, hours)))
+        for _ in range(4)
+    ]
+    for load in loads:
+        load.start()
+    for load in loads:
+        load.join()
+    queries = sum(len(panel.queries) for panel in graphs.page_panels())
+    assert len(FakePrometheus.asked) == queries, "four page loads at once, one fill"
+    assert all(result is results[0] for result in results) and results[0].__dict__.get("_svgs")
+
+
+def test_a_refused_query_is_not_kept_and_does_not_hide_the_other_apps(prometheus, tmp_path):
+    FakePrometheus.refuse = True
+    config = load_config(
+        "local",
+        [f"paths.data_root={tmp_path}", f"metrics.prometheus_url={prometheus}"],
+        environ={},
+    )
+    page = health.collect(config, graph_hours=2 / 60)
+    assert [drawn.app for drawn in page.graphs] == list(APP_NAMES), "Prometheus answers: every app is asked"
+    assert all(
+        drawn.error and "parse error" in drawn.error and not drawn.unreachable for drawn in page.graphs
+    )
+    asked = len(FakePrometheus.asked)
+    graphs.cached_app_graphs(prometheus, APP, 2 / 60)
+    assert len(FakePrometheus.asked) == asked + 1, "a failure is asked again at the next load"
+
+
+def test_a_slow_prometheus_gets_a_budget_for_all_of_an_apps_queries(prometheus):
+    FakePrometheus.delay_s = 0.4
+    started = time.monotonic()
+    drawn = graphs.app_graphs(prometheus, APP, now=NOW, budget_s=1.0)
+    assert time.monotonic() - started < 2.5
+    assert drawn.unreachable and drawn.graphs == [], drawn.error
