@@ -227,7 +227,7 @@ def test_the_page_in_the_airflow_ui_shows_what_the_running_app_exports(spark, me
         )
         password = stack.airflow_admin_password(environment["AIRFLOW_HOME"], timeout_s=180)
         assert password, "the api-server wrote no admin password"
-        wait_for(lambda: _answers(f"{base}/api/v2/monitor/health"), 120, "the api-server", poll_s=1)
+        wait_for(lambda: stack.api_server_answers(airflow_port), 120, "the api-server", poll_s=1)
 
         # (a) Without a login: the page sends the browser to the login, the JSON and reports refuse.
         status, headers, _ = get(f"{base}/streaming-pipeline/")

@@ -41,8 +41,10 @@ from stream_pipelines.core.procfs import process_exists
 from stream_pipelines.core.registry import APPS, App, spark_query_name
 from stream_pipelines.core.shipped import MONITORING
 from stream_pipelines.core.store import StoreError
+from stream_pipelines.observability import prometheus_api
 from stream_pipelines.observability.graphs import HOURS as GRAPH_HOURS
 from stream_pipelines.observability.graphs import AppGraphs, cached_app_graphs
+from stream_pipelines.observability.prometheus_api import PrometheusRefused, PrometheusUnreachable
 from stream_pipelines.observability.watchdog import Watchdog, WatchdogSettings
 from stream_pipelines.reconciliation import days as day_states
 
@@ -114,15 +116,14 @@ def prometheus_counts(base_url: str, timeout_s: float = SOURCE_TIMEOUT_S) -> dic
         ("quarantined", "pipeline_quarantined_rows_total"),
     ):
         query = f"sum by (app) (increase({metric}[{COUNT_WINDOW}]))"
-        url = f"{base_url}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
         try:
-            answer = _json(http_get(url, timeout_s), url)
-        except SourceUnreachable as error:
+            found = prometheus_api.result(base_url, "/api/v1/query", {"query": query}, timeout_s)
+        except PrometheusUnreachable as error:
             # The query's URL is long and says nothing more than the server's address.
             raise SourceUnreachable(f"{base_url}: {str(error).rsplit(': ', 1)[-1]}") from error
-        if answer.get("status") != "success":
-            raise SourceUnreachable(f"{base_url}: {query}: {answer.get('error', 'no result')}")
-        for result in answer["data"]["result"]:
+        except PrometheusRefused as error:
+            raise SourceUnreachable(f"{base_url}: {query}: {error}") from error
+        for result in found:
             counts.setdefault(result["metric"].get("app", ""), {})[key] = float(result["value"][1])
     return counts
 

@@ -13,22 +13,21 @@ point), and at most once per ``CACHE_S``.
 
 from __future__ import annotations
 
-import http.client
 import io
 import json
 import math
 import re
 import threading
 import time
-import urllib.parse
-import urllib.request
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
 from stream_pipelines.core.shipped import MONITORING
+from stream_pipelines.observability import prometheus_api
+from stream_pipelines.observability.prometheus_api import PrometheusRefused, PrometheusUnreachable
 
 DASHBOARD = MONITORING / "grafana" / "streaming_pipelines.json"
 # Per dashboard panel, the targets (refId) the page draws.
@@ -90,16 +89,17 @@ class AppGraphs:
     unreachable: bool = False  # Prometheus did not answer (a refused query leaves it answering)
 
     def svgs(self) -> list[str]:
-        """Each graph drawn, once (the cache hands the same object to every page load meanwhile). A graph
-        matplotlib cannot draw becomes the app's error: the page says so instead of failing."""
-        drawn = self.__dict__.get("_svgs")
-        if drawn is None:
-            try:
-                drawn = [svg(graph, self.start, self.end) for graph in self.graphs]
-            except (ValueError, RuntimeError, OverflowError) as error:
-                self.graphs, self.error, drawn = [], f"could not draw the graphs: {error}", []
-            self.__dict__["_svgs"] = drawn
-        return drawn
+        """Each graph as SVG, drawn once (the cache hands the same object to every page load meanwhile).
+        A graph matplotlib cannot draw becomes the app's error: the page says so instead of failing."""
+        return self._svgs
+
+    @cached_property
+    def _svgs(self) -> list[str]:
+        try:
+            return [svg(graph, self.start, self.end) for graph in self.graphs]
+        except (ValueError, RuntimeError, OverflowError) as error:
+            self.graphs, self.error = [], f"could not draw the graphs: {error}"
+            return []
 
 
 @cache
@@ -122,27 +122,16 @@ def query_range(
     """Prometheus' answer to a range query: one ``{"metric": labels, "values": [[t, "v"], ...]}`` per
     series. Raises PrometheusUnreachable when Prometheus does not answer (in time), ValueError when it
     refuses the query or answers something else."""
-    parameters = urllib.parse.urlencode({"query": expr, "start": start, "end": end, "step": f"{step_s:g}"})
-    url = f"{base_url.rstrip('/')}/api/v1/query_range?{parameters}"
+    parameters = {"query": expr, "start": start, "end": end, "step": f"{step_s:g}"}
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
-            body = response.read()
-    except (OSError, http.client.HTTPException) as error:
-        raise PrometheusUnreachable(str(error) or type(error).__name__) from error
-    try:
-        answer = json.loads(body)
-        if answer.get("status") != "success":
-            raise ValueError(f"Prometheus refused {expr!r}: {answer.get('error', answer)}")
-        result = answer["data"]["result"]
+        found = prometheus_api.result(base_url, "/api/v1/query_range", parameters, timeout_s)
         return [
-            {"metric": dict(found.get("metric", {})), "values": list(found["values"])} for found in result
+            {"metric": dict(series.get("metric", {})), "values": list(series["values"])} for series in found
         ]
+    except PrometheusRefused as error:
+        raise ValueError(f"Prometheus refused {expr!r}: {error}") from error
     except (AttributeError, KeyError, TypeError) as error:  # JSON, but not a range query's answer
         raise ValueError(f"Prometheus answered {expr!r} with something else: {error!r}") from error
-
-
-class PrometheusUnreachable(OSError):
-    """Prometheus did not answer, or not within the time the page gives it."""
 
 
 def legend(template: str, labels: dict[str, str]) -> str:
@@ -210,7 +199,7 @@ def cached_app_graphs(base_url: str, app: str, hours: float = HOURS) -> AppGraph
         if kept and now - kept[0] < max(CACHE_S, hours * 3600 / POINTS):
             return kept[1]
         fresh = app_graphs(base_url, app, hours=hours, now=now)
-        fresh.svgs()
+        fresh.svgs()  # drawn here, under the fill's lock, not by each page load
         if fresh.error is None:
             with _cache_lock:
                 _cached[key] = (now, fresh)
