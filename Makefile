@@ -7,7 +7,7 @@ export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(BIN)/python
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: help setup lock demo chaos test test-deps up down status standalone-start standalone-stop standalone-status hdfs-start hdfs-stop hdfs-status yarn-start yarn-stop yarn-status test-fast lint format broker-start broker-stop broker-status bench-ingest bench-streaming bench-metrics bench-reconcile bench-startup bench-batch-cost bench-stack bench-recovery bench-overhead bench-soak clean
+.PHONY: help setup lock demo chaos test test-soak test-deps up down status standalone-start standalone-stop standalone-status hdfs-start hdfs-stop hdfs-status yarn-start yarn-stop yarn-status test-fast lint format broker-start broker-stop broker-status bench-ingest bench-streaming bench-metrics bench-reconcile bench-startup bench-batch-cost bench-stack bench-recovery bench-overhead bench-soak clean
 
 help:  ## list the targets
 	@grep -E '^[A-Za-z0-9_.-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -32,8 +32,11 @@ test-deps:  ## servers the tests start that come from Debian: prometheus and pro
 # on the other; on a bigger machine, TEST_WORKERS=4 TEST_GROUPING= spreads the modules.
 TEST_WORKERS ?= 1
 TEST_GROUPING ?= --servers-on-one-worker
-test: setup test-deps  ## the whole test suite (real broker, real Spark, real Prometheus); TEST_WORKERS=N TEST_GROUPING= on a bigger machine
-	$(BIN)/python -m pytest -q $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(TEST_GROUPING)) $(PYTEST_ARGS)
+test: setup test-deps  ## the test suite but the soak tier (real broker, real Spark, real Prometheus); TEST_WORKERS=N TEST_GROUPING= on a bigger machine
+	$(BIN)/python -m pytest -q -m "not soak" $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(TEST_GROUPING)) $(PYTEST_ARGS)
+
+test-soak: setup test-deps  ## the soak tier: minutes of faults on a whole stack (the chaos smoke, about ten minutes); run it before landing a change to supervision or the stack
+	$(BIN)/python -m pytest -q -m soak $(PYTEST_ARGS)
 
 test-fast: setup  ## the unit tier only: no JVM, no broker, no Airflow (about three minutes)
 	$(BIN)/python -m pytest -q tests/unit $(PYTEST_ARGS)

@@ -28,8 +28,9 @@ import pytest
 from stream_pipelines.devtools.chaos import fault_classes
 from tests.chaos_run import run_chaos
 
-# One limit for every test: whichever runs first starts the module's chaos stack and pays for it.
-pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.timeout(2700)]
+# One limit for every test: whichever runs first starts the module's chaos stack and pays for it. The soak
+# tier (make test-soak), not make test: CI's time (docs/development.md, "The soak tier").
+pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.soak, pytest.mark.timeout(2700)]
 
 
 STORE = "s3"

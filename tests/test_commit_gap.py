@@ -41,7 +41,7 @@ from stream_pipelines.checkpoint import format as checkpoint_format
 from stream_pipelines.core.config import PipelineConfig
 from stream_pipelines.core.exit_codes import ExitCode
 from stream_pipelines.core.registry import COMPLIANCE_WINDOWS
-from stream_pipelines.driver.batch_log import BatchLogRecorder, load_batches
+from stream_pipelines.driver.batch_log import load_batches
 from stream_pipelines.reconciliation.job import ReconciliationResult, run_reconciliation
 from tests.conftest import (
     Replay,
@@ -102,14 +102,6 @@ def write_batches(replay: Replay, batches: list[list], arrival: float) -> float:
     return arrival
 
 
-def run_sensor_app(spark, config: PipelineConfig) -> int:
-    recorder = BatchLogRecorder(config, APP, poll_seconds=0.2).start(["tumbling", "sliding"])
-    try:
-        return run_in_process(spark, config, sensor_aggregation)[0]
-    finally:
-        recorder.stop()
-
-
 @dataclass
 class Run:
     config: PipelineConfig
@@ -164,7 +156,7 @@ def runs(spark, broker, broker_ports, tmp_path_factory) -> Runs:
     uninterrupted, gapped = Run(config_of("uninterrupted")), Run(config_of("gapped"))
 
     arrival = write_batches(replay, FIRST_DRIVER, datetime(2026, 1, 1, tzinfo=UTC).timestamp())
-    assert run_sensor_app(spark, gapped.config) == ExitCode.OK
+    assert run_in_process(spark, gapped.config, sensor_aggregation, batch_log=True)[0] == ExitCode.OK
     write_batches(replay, SCENARIO, arrival)
     blocker = gapped.checkpoint / "commits" / str(GAP)
     blocker.mkdir()
@@ -174,9 +166,9 @@ def runs(spark, broker, broker_ports, tmp_path_factory) -> Runs:
     assert checkpoint_format.batch_ids(gapped.checkpoint / "offsets") == list(range(GAP + 1))
     shutil.rmtree(blocker)
     assert checkpoint_format.batch_ids(gapped.checkpoint / "commits") == list(range(GAP))
-    assert run_sensor_app(spark, gapped.config) == ExitCode.OK
+    assert run_in_process(spark, gapped.config, sensor_aggregation, batch_log=True)[0] == ExitCode.OK
 
-    assert run_sensor_app(spark, uninterrupted.config) == ExitCode.OK
+    assert run_in_process(spark, uninterrupted.config, sensor_aggregation, batch_log=True)[0] == ExitCode.OK
     assert run_in_process(spark, uninterrupted.config, raw_archive)[0] == ExitCode.OK
     return Runs(uninterrupted, gapped)
 

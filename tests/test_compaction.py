@@ -33,7 +33,6 @@ from tests.test_reconcile import (  # noqa: F401 (fixtures)
     SCENARIO,
     VERDICT_SECTIONS,
     compliance_rows,
-    run_sensor_app,
     scenario,
     scenario_config,
     write_scenario,

@@ -121,6 +121,12 @@ def test_the_data_drives_each_days_reconciliation_and_sign_off(airflow_env):
     assert nightly["tasks"]["ask_sign_off"]["outlets"] == ["reconciliation_final_reported"]
     assert nightly["tasks"]["record"]["outlets"] == []
     assert nightly["tasks"]["record_failure"]["trigger_rule"] == "one_failed"
+    # A try of the day-state bookkeeping that a restart of the metadata database fails (its XCom
+    # unreadable) is tried again within a minute; only the recompute waits 10 minutes for its retry.
+    for task_id in ("choose_day", "claim", "record", "ask_sign_off", "record_failure"):
+        bookkeeping = nightly["tasks"][task_id]
+        assert bookkeeping["retries"] >= 3 and bookkeeping["retry_delay"] <= 30, (task_id, bookkeeping)
+    assert nightly["tasks"]["reconcile"]["retry_delay"] == 600
 
     sign_off = bag["dags"]["compliance_sign_off"]
     assert (sign_off["timetable"], sign_off["assets"]) == (

@@ -1,6 +1,6 @@
-"""The pipeline on a remote store, against the loopback S3 server and a real HDFS on 127.0.0.1:
-checkpoints, archive, batch log, lease and control records all on the store, Spark's own connector
-(S3A, HDFS client) writing them and the file layer reading them.
+"""The pipeline on S3, against the loopback S3 server: checkpoints, archive, batch log, lease and control
+records all in a bucket, Spark's own connector (S3A) writing them and the file layer reading them (on
+HDFS: tests/test_hdfs_store.py, tests/test_reconcile.py and tests/test_yarn_cluster_mode.py).
 
 The archive is read back without Spark, as another reader would: the files the sink's log lists, with
 pyarrow over the same file layer.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 from collections import Counter
 
@@ -42,32 +43,46 @@ pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
 # S3 only: a rename there is a copy, which Spark's checkpoint and file sink work around. On HDFS a kill of
 # the driver's container, with the data root on HDFS, is followed by an exact archive in
-# tests/test_yarn_cluster_mode.py.
-def test_the_raw_archive_on_s3_survives_a_kill_minus_nine_exactly_once(
+# tests/test_yarn_cluster_mode.py, and the same steps up to the nightly job run in tests/test_reconcile.py.
+def test_on_s3_a_killed_archive_resumes_exactly_once_and_ad_matching_agrees_with_the_nightly(
     broker, make_overrides, s3_root, tmp_path
 ):
+    """Every path in a bucket. The archive's driver is killed (kill -9) with a batch in flight and
+    resumed: every offset archived once, which a plain Parquet reader of the swept folder sees too.
+    Then ad_matching (the stream-stream join, its four state stores and file sinks) is drained, the day
+    compacted in the bucket (the compaction job, through spark-submit), and the nightly job runs over the
+    compacted day: every match the stream wrote is reproduced by the exact recompute from the archive,
+    or explained or pending, never unexplained. On a local disk the nightly's verdicts before and after
+    a compaction are compared in tests/test_compaction.py."""
     root, on_the_store = s3_root(), store.on_object_store
+    import json
+
+    from stream_pipelines.core.registry import AD_MATCHES
+    from stream_pipelines.reconciliation.report import report_dir
+
     overrides = make_overrides(
         *private_source_topics(),
         *root,
         f"paths.scratch={tmp_path}/data/scratch",  # local, and where make_overrides' cleanup looks
-        "kafka.max_offsets_per_trigger=300",
-        "archive.trigger=1 seconds",
     )
+    # The archive in small batches on a short trigger, so that the kill finds one in flight.
+    archive_overrides = [*overrides, "kafka.max_offsets_per_trigger=300", "archive.trigger=1 seconds"]
     config = make_overrides_config(overrides)
     assert on_the_store(
         store.location(config.spark.extra_conf, config.checkpoint_dir("raw_archive", "archive"))
     )
     ensure_topics(config)
     spec = generator.ScenarioSpec(
-        seed=13,
-        duration_s=120,
-        sensor_rate=10,
-        ad_rate=4,
+        seed=21,
+        duration_s=180,
+        sensor_rate=1,
+        ad_rate=5,
         topics=generator.TopicNames(*(topic.name for topic in config.kafka.topics.inputs())),
     )
     records = generator.generate(spec)
     generator.produce_to_kafka(records, config.kafka_client_config())
+    day = spec.start.date()
+    log = tmp_path / "spark-submit.log"
 
     checkpoint = store.location(config.spark.extra_conf, config.checkpoint_dir("raw_archive", "archive"))
 
@@ -79,7 +94,8 @@ def test_the_raw_archive_on_s3_survives_a_kill_minus_nine_exactly_once(
         pending = set(planned) - set(committed)
         return max(pending) if pending and committed else None
 
-    app = run_app("raw_archive", "processing", overrides)
+    with log.open("ab") as output:
+        app = run_app("raw_archive", "processing", archive_overrides, stdout=output, stderr=subprocess.STDOUT)
     try:
         seen: list[int] = []
 
@@ -100,8 +116,7 @@ def test_the_raw_archive_on_s3_survives_a_kill_minus_nine_exactly_once(
     assert Lease(config, "raw_archive").read() is not None
 
     assert "last committed batch" in preflight(config, declared_app("raw_archive")).describe()
-    resumed = run_app("raw_archive", "available-now", overrides)
-    assert resumed.wait(600) == 0
+    drain_through_spark_submit(["raw_archive"], archive_overrides, log)
     assert (checkpoint / "commits" / str(killed_batch)).exists(), "the interrupted batch was redone"
 
     rows = committed_rows(config, config.data_path("archive"), ["partition", "offset", "value"])
@@ -126,37 +141,7 @@ def test_the_raw_archive_on_s3_survives_a_kill_minus_nine_exactly_once(
     assert on_the_store(control.root) and control.last_exit("raw_archive")["status"] == "finished"
     assert Lease(config, "raw_archive").read() is None
 
-
-def test_ad_matching_on_s3_agrees_with_the_nightly_exact_recompute(broker, make_overrides, s3_root, tmp_path):
-    """ad_matching (the stream-stream join, its four state stores and file sinks) with every path in a
-    bucket, the day compacted in the bucket (the compaction job, through spark-submit), then the nightly
-    job over the compacted day: every match the stream wrote is reproduced by the exact recompute from
-    the archive, or explained or pending, never unexplained. On S3 only: a rename there is a copy, so
-    Spark's checkpoint files and the compaction's swap take another path than on a file system; on HDFS
-    the same steps run with sensor_aggregation in tests/test_reconcile.py, and on a local disk the
-    nightly's verdicts before and after a compaction are compared in tests/test_compaction.py."""
-    root, on_the_store = s3_root(), store.on_object_store
-    import json
-
-    from stream_pipelines.core.registry import AD_MATCHES
-    from stream_pipelines.reconciliation.report import report_dir
-
-    overrides = make_overrides(*private_source_topics(), *root, f"paths.scratch={tmp_path}/data/scratch")
-    config = make_overrides_config(overrides)
-    ensure_topics(config)
-    spec = generator.ScenarioSpec(
-        seed=21,
-        duration_s=180,
-        sensor_rate=1,
-        ad_rate=5,
-        topics=generator.TopicNames(*(topic.name for topic in config.kafka.topics.inputs())),
-    )
-    records = generator.generate(spec)
-    generator.produce_to_kafka(records, config.kafka_client_config())
-
-    day = spec.start.date()
-    log = tmp_path / "spark-submit.log"
-    drain_through_spark_submit(["raw_archive", "ad_matching"], overrides, log)
+    drain_through_spark_submit(["ad_matching"], overrides, log)
     written = committed_rows(config, AD_MATCHES.location(config), ["impression_id", "click_id", "matched"])
     matched = [(row["impression_id"], row["click_id"]) for row in written if row["matched"]]
     assert matched, "no match written to the store"

@@ -7,12 +7,14 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from pyspark import StorageLevel
 from pyspark.sql import functions as F
 
 from stream_pipelines.core import store
 from stream_pipelines.core.registry import COMPLIANCE_WINDOWS
 from stream_pipelines.quality import gates as quality_gates
 from stream_pipelines.quality import nightly_job
+from stream_pipelines.reconciliation import events
 from stream_pipelines.reconciliation.report import report_dir
 from tests.conftest import make_overrides_config
 
@@ -127,17 +129,31 @@ def test_the_data_docs_site_shows_the_results_within_retention_and_no_others(spa
 # --------------------------------------------------------------------------- the nightly job
 
 
-def test_the_nightly_job_gates_clean_tables_with_unknown_sensors_as_a_warning_in_one_report(spark, config):
-    """The raw events gate, the reconciliation and the output gates run in one driver; the report holds
-    the three results with their Data Docs links; an unknown sensor only warns."""
+def archive_left_cached(spark, config) -> bool:
+    """Whether D's archive rows, as the job reads them, are still persisted in the session (Spark finds a
+    cached frame by its plan)."""
+    return events.read_archive(spark, config, DAY).storageLevel != StorageLevel.NONE
+
+
+def test_the_nightly_job_gates_clean_tables_with_unknown_sensors_as_a_warning_in_one_report(
+    spark, config, monkeypatch
+):
+    """The raw events gate, the reconciliation and the output gates run in one driver, over D's archive
+    rows read once; the report holds the three results with their Data Docs links; an unknown sensor
+    only warns."""
     write_archive(spark, config)
     windows = [
         window(0, "sensor-0001", 20.0, 30.0, 10.0, 2),
         window(0, "sensor-9999", 5.0, 5.0, 5.0, 1, False),
     ]
     spark.createDataFrame(windows, WINDOW_COLUMNS).write.parquet(config.output_dir("sensor_windows"))
+    reads = []
+    read_archive = events.read_archive
+    monkeypatch.setattr(events, "read_archive", lambda *args: reads.append(args) or read_archive(*args))
 
     result = nightly_job.run_nightly(config, DAY, spark=spark)
+    assert len(reads) == 1, "the gate and the reconciliation read D's archive once between them"
+    assert not archive_left_cached(spark, config)
     assert result.status == "passed"
     written = json.loads(Path(result.report_json).read_text())
     raw, outputs, compliance = written["quality_gates"]
@@ -167,6 +183,7 @@ def test_a_critical_failure_on_the_raw_events_stops_the_nightly_job_before_it_wr
     )
     with pytest.raises(quality_gates.QualityGateFailed, match=r"raw_events failed.*kafka_timestamp"):
         nightly_job.run_nightly(config, DAY, spark=spark)
+    assert not archive_left_cached(spark, config), "the archive rows the gate read stay persisted"
     assert not report_dir(config, DAY.isoformat()).exists()
     assert not Path(compliance_dir(config)).exists()
 

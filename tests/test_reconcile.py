@@ -35,7 +35,6 @@ from stream_pipelines.core.config import ReconciliationTolerances as Tolerances
 from stream_pipelines.core.registry import COMPLIANCE_WINDOWS
 from stream_pipelines.core.resource_manager import ENDED_STATES, ResourceManager
 from stream_pipelines.driver.batch_log import (
-    BatchLogRecorder,
     BatchRecord,
     copy_checkpoint_logs,
     load_batches,
@@ -130,18 +129,6 @@ def scenario_config(data_root: Path, replay_root: Path, ports, sliding_topic: st
     return make_overrides_config(overrides)
 
 
-def run_sensor_app(spark, config: PipelineConfig) -> dict:
-    recorder = BatchLogRecorder(config, sensor_aggregation.APP, poll_seconds=0.2).start(
-        ["tumbling", "sliding"]
-    )
-    try:
-        code, queries = run_in_process(spark, config, sensor_aggregation)
-    finally:
-        recorder.stop()
-    assert code == 0
-    return queries
-
-
 @dataclass
 class Scenario:
     config: PipelineConfig
@@ -159,7 +146,7 @@ def scenario(spark, broker, broker_ports, tmp_path_factory) -> Scenario:
     write_scenario(root / "replay", SCENARIO)
     config = scenario_config(root / "data", root / "replay", broker_ports, sliding_topic)
     assert run_in_process(spark, config, raw_archive)[0] == 0
-    run_sensor_app(spark, config)
+    assert run_in_process(spark, config, sensor_aggregation, batch_log=True)[0] == 0
     return Scenario(config, root / "replay", sliding_topic, broker_ports)
 
 
@@ -346,7 +333,7 @@ def test_what_if_drops_agree_with_a_replay_at_that_delay(spark, scenario, reconc
         scenario.sliding_topic,
         "sensors.watermark=1 minute",
     )
-    run_sensor_app(spark, replayed)
+    assert run_in_process(spark, replayed, sensor_aggregation, batch_log=True)[0] == 0
     # Spark's numRowsDroppedByWatermark counts partially aggregated groups, not readings, so the
     # replay's drops are read from its output: readings in windows it closed minus readings it counted.
     emitted = spark.read.parquet(replayed.output_dir("sensor_windows")).agg(F.sum("reading_count")).first()[0]

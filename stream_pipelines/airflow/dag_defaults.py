@@ -14,3 +14,8 @@ SUPERVISOR_RETRIES = 1000
 # unsupervised (no watchdog) until the next try adopts it, so that try comes at once and flat. A crash
 # gets the policy's backoff instead. (Airflow's exponential backoff here made a fifth try wait 8 min.)
 ORPHAN_RETRY_DELAY = timedelta(seconds=5)
+# The nightly DAG's day-state tasks (choose the day, claim it, record the outcome, ask for the sign-off,
+# record a failure) are seconds of bookkeeping through Airflow's metadata database and the store. A try
+# that a restart of either fails (its XCom unreadable, its record unwritten) is tried again within a
+# minute, not after the recompute's 10 minutes, which would hold the day's run that long.
+DAY_STATE_RETRIES = {"retries": 3, "retry_delay": timedelta(seconds=20)}

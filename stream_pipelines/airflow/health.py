@@ -118,9 +118,8 @@ def prometheus_counts(base_url: str, timeout_s: float = SOURCE_TIMEOUT_S) -> dic
         query = f"sum by (app) (increase({metric}[{COUNT_WINDOW}]))"
         try:
             found = prometheus_api.result(base_url, "/api/v1/query", {"query": query}, timeout_s)
-        except PrometheusUnreachable as error:
-            # The query's URL is long and says nothing more than the server's address.
-            raise SourceUnreachable(f"{base_url}: {str(error).rsplit(': ', 1)[-1]}") from error
+        except PrometheusUnreachable as error:  # its message is the reason, without the query's long URL
+            raise SourceUnreachable(f"{base_url}: {error}") from error
         except PrometheusRefused as error:
             raise SourceUnreachable(f"{base_url}: {query}: {error}") from error
         for result in found:

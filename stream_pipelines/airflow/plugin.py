@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import html
 import re
+import urllib.parse
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -276,7 +277,7 @@ Counts: {_e(page.prometheus_source)}. Alerts: {_e(page.alerts_source)}.
 {_metadata_database(page)}
 <div class="scroll">{_table("apps", _APP_HEADINGS, rows)}</div>
 <h2 id="graphs">The last {_window(page.graph_hours)}</h2>
-{_graph_windows(page)}
+{_graph_windows(page, focus)}
 {_graphs(page)}
 <h2>Sensors topic: newest event time per partition</h2>
 {partitions or '<p class="small">No app exports per-partition event time right now.</p>'}
@@ -296,12 +297,17 @@ def _window(hours: float) -> str:
     return "hour" if hours == 1 else f"{hours:g} hours"
 
 
-def _graph_windows(page: health.HealthPage) -> str:
-    """Links to the page with the graphs over each window it offers."""
+def _graph_windows(page: health.HealthPage, focus: str | None) -> str:
+    """Links to the page with the graphs over each window it offers; a page opened from an app's DAG
+    stays that app's page, at its graphs."""
+    dag = next((row.supervisor_dag for row in page.rows if row.app == focus), None)
+
+    def href(hours: int) -> str:
+        asked = {"dag_id": dag, "hours": hours} if dag else {"hours": hours}
+        return f"?{urllib.parse.urlencode(asked)}#graphs{f'-{focus}' if dag else ''}"
+
     links = [
-        _e(f"{hours} h")
-        if hours == page.graph_hours
-        else _tag("a", _e(f"{hours} h"), href=f"?hours={hours}#graphs")
+        _e(f"{hours} h") if hours == page.graph_hours else _tag("a", _e(f"{hours} h"), href=href(hours))
         for hours in graphs.WINDOWS
     ]
     return _small("Window: " + " · ".join(links))

@@ -433,9 +433,15 @@ class ReconciliationSettings(_Section):
     # Day D's final reconciliation is overdue this long after D's end + the late horizon: the
     # ReconciliationOverdue alert pages on-call (its runbook: docs/runbooks.md#reconciliationoverdue).
     final_deadline: PositiveDuration = Duration(12 * 3600)
-    # A run the day states asked for and that recorded no outcome is asked for again after this (a lost
-    # asset event, a failed run); the reconciliation DAG skips a run whose outcome is already recorded.
+    # A run the day states asked for and that recorded no outcome is asked for again after this (a failed
+    # run, one still running); the reconciliation DAG skips a run whose outcome is already recorded.
     request_retry: PositiveDuration = Duration(3600)
+    # An ask that no run has claimed is repeated sooner: after this, doubling with each ask, up to
+    # request_retry. Its asset event travels with the watcher task's report of success, which a metadata
+    # database down at that moment loses. A repeat that crosses a run queued behind another day's is
+    # skipped at its claim once the first run's outcome is recorded; after a run that failed before its
+    # report, it is that run's retry.
+    claim_wait: PositiveDuration = Duration(900)
     tolerances: ReconciliationTolerances = ReconciliationTolerances()
     # Recommended watermark = p99 of the arrival delay x (1 + margin).
     watermark_margin: float = Field(0.4, ge=0.3, le=0.5)

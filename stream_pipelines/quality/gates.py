@@ -281,8 +281,9 @@ def _docs_index(context: Any) -> str | None:
     return None
 
 
-def raw_events_gate(config: PipelineConfig, day: date, spark: SparkSession) -> GateResult:
-    archive = events.read_archive(spark, config, day)
+def raw_events_gate(config: PipelineConfig, day: date, archive: DataFrame) -> GateResult:
+    """The raw-events suite over ``archive``: D's archive rows as the reconciliation reads them
+    (``events.read_archive``), with the quarantine counts by reason."""
     topics = config.kafka.topics
     cutoff = registry.arrival_cutoff(day, config.reconciliation.late_horizon)
     result = validate(config, archive, RAW_EVENTS, day, raw_events_expectations(day, cutoff))

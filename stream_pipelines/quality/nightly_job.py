@@ -3,7 +3,8 @@ reconciliation, the gates on what it and the streams wrote, then one report with
 
     check the inputs     retention has kept D's inputs; Great Expectations on the archive rows of D
                          (a critical failure stops here, before anything is written)
-    reconcile            reconciliation.job: the recompute, the diff, the ledger, the compliance table
+    reconcile            reconciliation.job: the recompute, the diff, the ledger, the compliance table,
+                         over the same archive rows (read once, persisted for both)
     check the outputs    the streaming windows of D, and the compliance partition the run just wrote
     publish              the Data Docs site rebuilt once for the three gates (gates.with_data_docs); the
                          report once, with the gates' results and their links; then the verdict:
@@ -28,6 +29,7 @@ from stream_pipelines.core.config import PipelineConfig, add_config_arguments, c
 from stream_pipelines.core.exit_codes import ExitCode
 from stream_pipelines.driver.runtime import get_spark
 from stream_pipelines.quality import gates
+from stream_pipelines.reconciliation import events
 from stream_pipelines.reconciliation.job import (
     APP,
     ReconciliationResult,
@@ -63,13 +65,25 @@ def run_nightly(
         spark = get_spark(config, APP)
         importing.join()
 
-    progress("quality gate on the raw events (Great Expectations)")
-    raw_events = gates.raw_events_gate(config, day, spark)
-    if not raw_events.success:
-        gates.enforce(*data_docs_or_why_not(config, [raw_events], progress))
-    result = run_reconciliation(
-        config, day, spark=spark, fail_on_unexplained=False, write_the_report=False, progress=progress
-    )
+    # D's archive rows, read once: the raw gate's expectations and quarantine counts scan them, then
+    # every stage of the reconciliation.
+    archive = events.read_archive(spark, config, day).persist()
+    try:
+        progress("quality gate on the raw events (Great Expectations)")
+        raw_events = gates.raw_events_gate(config, day, archive)
+        if not raw_events.success:
+            gates.enforce(*data_docs_or_why_not(config, [raw_events], progress))
+        result = run_reconciliation(
+            config,
+            day,
+            spark=spark,
+            archive=archive,
+            fail_on_unexplained=False,
+            write_the_report=False,
+            progress=progress,
+        )
+    finally:
+        archive.unpersist()
 
     progress("quality gates on the streaming windows and the compliance table")
     checked = [raw_events, gates.streaming_outputs_gate(config, day, spark)]

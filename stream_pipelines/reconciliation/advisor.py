@@ -19,6 +19,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StructField, StructType
 
+from stream_pipelines.inputs.local_rows import frame_of_rows
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -183,7 +185,7 @@ def what_if(
     for candidate in candidates:
         marks = late_watermarks(maxima, candidate.milliseconds)
         rows += [(float(candidate.seconds), batch, mark) for batch, mark in zip(order, marks, strict=True)]
-    table = F.broadcast(spark.createDataFrame(rows, CANDIDATE_WATERMARK_SCHEMA))
+    table = F.broadcast(frame_of_rows(spark, rows, CANDIDATE_WATERMARK_SCHEMA))
     day = batched.where(day_filter)
     counted = (
         day.join(table, "what_if_batch")

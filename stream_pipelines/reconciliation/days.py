@@ -21,7 +21,8 @@ Then the reconciliations and the sign-off:
 Each day is one JSON document through the store layer (``<reports>/reconciliation/days/<D>.json``),
 changed only under ``store.update_json``, so it works on every store. ``watch`` moves completeness
 forward and says which runs are due (at least once: a due run with no recorded outcome is asked for
-again after ``reconciliation.request_retry``); the reconciliation DAG claims a run with ``begin_run``,
+again, after ``reconciliation.claim_wait`` while no run has claimed it, else after
+``reconciliation.request_retry``); the reconciliation DAG claims a run with ``begin_run``,
 which declines one whose outcome is already recorded, so no day is reconciled twice for one reason.
 """
 
@@ -301,7 +302,7 @@ def advance(
 ) -> tuple[dict[str, Any], str | None]:
     """The record with completeness moved forward (never back) to what the evidence shows, and the run
     due now, if any: provisional once closed (not when D is final already), final once final; a run asked
-    for and not finished is due again after ``reconciliation.request_retry``."""
+    for and not finished is due again (``_ask_again_after_ms``)."""
     record = {**_new_record(seen.day), **record}
     now = _now_iso(seen.now_ms)
     if COMPLETENESS.index(seen.completeness) > COMPLETENESS.index(record["completeness"]):
@@ -320,14 +321,25 @@ def advance(
     if wanted is None or _finished(record["runs"].get(wanted)) or _finished(record["runs"].get(FINAL)):
         return record, None
     asked = record["requests"].get(wanted)
-    retry_ms = config.reconciliation.request_retry.milliseconds
-    if asked and seen.now_ms - _ms(asked["at"]) < retry_ms:
+    if asked and seen.now_ms - _ms(asked["at"]) < _ask_again_after_ms(record, asked, config):
         return record, None
     record["requests"] = {
         **record["requests"],
         wanted: {"at": now, "times": (asked or {}).get("times", 0) + 1},
     }
     return record, wanted
+
+
+def _ask_again_after_ms(record: Mapping[str, Any], asked: Mapping[str, Any], config: PipelineConfig) -> int:
+    """How long after an ask it is repeated: ``request_retry`` once a run has claimed D since the ask
+    (it is running, or died before recording an outcome); sooner while none has, since its asset event
+    may be lost (``claim_wait``, doubling with each ask, never longer than ``request_retry``)."""
+    retry_ms = config.reconciliation.request_retry.milliseconds
+    asked_ms = _ms(asked["at"])
+    if any(_ms(run["started_at"]) >= asked_ms for run in record["runs"].values() if run.get("started_at")):
+        return retry_ms
+    doublings = min(max(asked.get("times", 1), 1) - 1, 16)  # 16: far past any request_retry
+    return min(retry_ms, config.reconciliation.claim_wait.milliseconds * 2**doublings)
 
 
 def _ms(iso: str) -> int:

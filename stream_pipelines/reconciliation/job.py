@@ -139,6 +139,7 @@ def run_reconciliation(
     day: date,
     *,
     spark: SparkSession | None = None,
+    archive: DataFrame | None = None,
     fail_on_unexplained: bool = True,
     write_the_report: bool = True,
     progress: Callable[[str], None] = lambda step: None,
@@ -149,14 +150,15 @@ def run_reconciliation(
     ``write_the_report=False`` leaves the report to the caller, who adds to the result first (the nightly
     job its quality gates) and writes it with ``write_report``; such a caller also passes
     ``fail_on_unexplained=False`` and raises once the report is written.
-    ``progress`` hears each step as it starts, for a log that shows where a long run is.
+    ``progress`` hears each step as it starts, for a log that shows where a long run is. ``archive``: D's
+    archive rows already read and persisted by the caller, who releases them (``load_inputs``).
     """
 
     started = time.monotonic()
     maintenance.refuse_if_expired(config, day)
     spark = spark or get_spark(config, APP)
     progress(f"reading the archive for {day.isoformat()} and the batch logs")
-    inputs = load_inputs(spark, config, day)
+    inputs = load_inputs(spark, config, day, archive)
     deliveries = typed_deliveries(config, inputs)
     progress("exact recompute, ledger model and window-by-window diff of the sensor windows")
     sensors = reconcile_sensors(spark, config, inputs, deliveries)
@@ -167,7 +169,10 @@ def run_reconciliation(
         progress(f"status {result.status}: writing the ledger, the compliance table and the report")
         publish(config, sensors, result, started, write_the_report)
     finally:
-        for frame in (sensors.compared, sensors.ledger, sensors.assigned, deliveries.sensors, inputs.archive):
+        persisted_here = [sensors.compared, sensors.ledger, sensors.assigned, deliveries.sensors]
+        if archive is None:  # read here; a caller's archive is the caller's to release
+            persisted_here.append(inputs.archive)
+        for frame in persisted_here:
             frame.unpersist()
     if result.unexplained and fail_on_unexplained:
         raise UnexplainedDifferences(result)
@@ -197,10 +202,14 @@ class Inputs:
         return self.day.isoformat()
 
 
-def load_inputs(spark: SparkSession, config: PipelineConfig, day: date) -> Inputs:
+def load_inputs(
+    spark: SparkSession, config: PipelineConfig, day: date, archive: DataFrame | None = None
+) -> Inputs:
+    """``archive``: D's archive rows as ``events.read_archive`` reads them, persisted by the caller (the
+    nightly job's gate has scanned them already); else they are read and persisted here."""
     return Inputs(
         day=day,
-        archive=events.read_archive(spark, config, day).persist(),
+        archive=archive if archive is not None else events.read_archive(spark, config, day).persist(),
         tumbling_batches=batch_log.load_batches(config, SENSOR_APP, TUMBLING_QUERY),
         sliding_batches=batch_log.load_batches(config, SENSOR_APP, SLIDING_QUERY),
         match_batches=batch_log.load_batches(config, AD_APP, MATCHES_QUERY),

@@ -19,6 +19,7 @@ from pyspark.sql.types import BooleanType, LongType, StringType, StructField, St
 from stream_pipelines.core.config import Duration
 from stream_pipelines.core.registry import struct_type
 from stream_pipelines.driver.batch_log import BatchRecord
+from stream_pipelines.inputs.local_rows import frame_of_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -61,14 +62,14 @@ def with_batches(spark: SparkSession, deliveries: DataFrame, batches: Sequence[B
     ]
     width = range_bucket_width([end - start for _, _, start, end, *_ in kafka_rows])
     kafka_batches = F.broadcast(
-        spark.createDataFrame(kafka_rows, KAFKA_BATCH_SCHEMA).withColumn(
+        frame_of_rows(spark, kafka_rows, KAFKA_BATCH_SCHEMA).withColumn(
             "range_bucket",
             F.explode(
                 F.sequence(F.floor(F.col("start_offset") / width), F.floor((F.col("end_offset") - 1) / width))
             ),
         )
     )
-    file_batches = F.broadcast(spark.createDataFrame(file_rows, FILE_BATCH_SCHEMA))
+    file_batches = F.broadcast(frame_of_rows(spark, file_rows, FILE_BATCH_SCHEMA))
     in_range = (
         (F.col("topic") == F.col("range_topic"))
         & (F.col("partition") == F.col("range_partition"))

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from stream_pipelines.checkpoint import format as checkpoint_format
 from stream_pipelines.core import registry, store
 from stream_pipelines.core.config import PipelineConfig
+from stream_pipelines.inputs.local_rows import empty_frame
 from stream_pipelines.tables import compacted_days
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ def read_dataset_day(
         # No sink's log: a folder a batch job wrote (a backfill, a copy), read whole; nothing in it is
         # compacted (the compaction takes only what a sink's log lists).
         plain = read_files(spark, dataset, [location], base=location) if store.tree_entries(folder) else None
-        rows = plain if plain is not None else spark.createDataFrame([], dataset.schema())
+        rows = plain if plain is not None else empty_frame(spark, dataset.schema())
         return rows.where(dataset.day_filter(day, config))
     units = dataset.day_units(day, config)
     # The manifests, then the log, then the manifests again: a version published in between (its
@@ -61,7 +62,7 @@ def read_dataset_day(
     ]
     found = [frame for frame in frames if frame is not None]
     if not found:
-        return spark.createDataFrame([], dataset.schema())
+        return empty_frame(spark, dataset.schema())
     rows = found[0] if len(found) == 1 else found[0].unionByName(found[1])
     return rows.where(dataset.day_filter(day, config))
 

@@ -3,6 +3,8 @@ setup builds it again. The archive itself, mapped by a real JVM: tests/test_clas
 
 from __future__ import annotations
 
+import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -47,12 +49,16 @@ def test_no_archive_when_it_is_turned_off_or_the_driver_runs_on_the_cluster():
 
 def test_the_training_run_writes_an_archive_and_maps_none(tmp_path: Path):
     written = tmp_path / "new.jsa"
-    overrides = class_archive_training.training_overrides(tmp_path / "data", tmp_path / "replay", written)
+    crash_report = tmp_path / "hs_err.log"
+    overrides = class_archive_training.training_overrides(
+        tmp_path / "data", tmp_path / "replay", written, crash_report
+    )
     training = config(*overrides)
 
     options = spark_conf(training, class_archive_training.TRAINING_APP)[DRIVER_JAVA_OPTIONS]
 
     assert f"-XX:ArchiveClassesAtExit={written}" in options
+    assert f"-XX:ErrorFile={crash_report}" in options
     assert "SharedArchiveFile" not in options
     assert training.source.kind == "files"
     assert training.source.files_dir == str(tmp_path / "replay")
@@ -105,3 +111,70 @@ def test_the_stamp_changes_with_the_jars_on_sparks_class_path_and_the_java_build
     assert after_new_jar != before
     monkeypatch.setattr(class_archive, "java_build", lambda: 'openjdk version "21.0.4"')
     assert class_archive.archive_digest() != after_new_jar
+
+
+class AbortingTrainingRuns:
+    """spark-submit as the training runs it, for a JVM that aborts as it exits on its first ``aborts``
+    runs: it writes the archive it was told to (an abort in the exit-time dump can leave one behind)
+    and a crash report where ``-XX:ErrorFile`` says, and exits as SIGABRT does (-6)."""
+
+    def __init__(self, aborts: int):
+        self.aborts, self.commands = aborts, []
+        self.other_commands = subprocess.run  # `java -version`, for the stamp, runs for real
+
+    def __call__(self, command: list[str], **kwargs) -> subprocess.CompletedProcess:
+        conf = dict(setting.split("=", 1) for setting in command if setting.startswith("spark."))
+        if DRIVER_JAVA_OPTIONS not in conf:
+            return self.other_commands(command, **kwargs)
+        self.commands.append(command)
+        options = dict(option.split("=", 1) for option in shlex.split(conf[DRIVER_JAVA_OPTIONS]))
+        Path(options["-XX:ArchiveClassesAtExit"]).write_bytes(b"archive")
+        if len(self.commands) > self.aborts:
+            return subprocess.CompletedProcess(command, 0)
+        Path(options["-XX:ErrorFile"]).write_text("# SIGABRT in DynamicArchive\n")
+        return subprocess.CompletedProcess(command, -6)
+
+
+def test_a_training_run_that_aborts_is_run_again_and_its_crash_report_kept(monkeypatch: pytest.MonkeyPatch):
+    runs = AbortingTrainingRuns(aborts=1)
+    monkeypatch.setattr(class_archive_training.subprocess, "run", runs)
+
+    archive = class_archive_training.build(config(), say=lambda line: None)
+
+    assert len(runs.commands) == 2
+    assert archive.read_bytes() == b"archive" and class_archive.is_current()
+
+
+def test_setup_gives_up_after_three_aborted_runs_and_names_their_logs(monkeypatch: pytest.MonkeyPatch):
+    runs = AbortingTrainingRuns(aborts=3)
+    monkeypatch.setattr(class_archive_training.subprocess, "run", runs)
+
+    with pytest.raises(class_archive_training.ClassArchiveError) as failure:
+        class_archive_training.build(config(), say=lambda line: None)
+
+    assert len(runs.commands) == 3
+    message = str(failure.value)
+    assert "exited with -6" in message and "3 times" in message
+    crash_report = class_archive.archive_path().parent / "spark-driver.training.hs_err.log"
+    assert f"the JVM's crash report: {crash_report}" in message
+    assert crash_report.read_text().startswith("# SIGABRT")
+    # An aborted run's archive is never used: the JVM may have died half-way through writing it.
+    assert not class_archive.archive_path().exists() and not class_archive.is_current()
+
+
+def test_a_training_run_that_hangs_is_not_run_again(monkeypatch: pytest.MonkeyPatch):
+    runs = AbortingTrainingRuns(aborts=0)
+
+    def hanging(command: list[str], **kwargs) -> subprocess.CompletedProcess:
+        if not any(part.startswith(DRIVER_JAVA_OPTIONS) for part in command):
+            return runs.other_commands(command, **kwargs)
+        runs.commands.append(command)
+        raise subprocess.TimeoutExpired(command, kwargs["timeout"])
+
+    monkeypatch.setattr(class_archive_training.subprocess, "run", hanging)
+
+    with pytest.raises(class_archive_training.ClassArchiveError, match="did not end within 600s") as failure:
+        class_archive_training.build(config(), say=lambda line: None)
+
+    assert len(runs.commands) == 1
+    assert "times in a row" not in str(failure.value)

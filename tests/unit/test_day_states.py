@@ -191,6 +191,67 @@ def test_a_due_run_is_asked_again_only_after_the_retry_and_never_once_its_outcom
     assert manual.kind == days.PROVISIONAL
 
 
+def test_an_ask_no_run_claimed_is_asked_again_after_the_claim_wait_doubling_and_a_claimed_one_after_the_retry(
+    stored_root,
+):
+    """The asset event that asks for a run travels with the watcher task's report of success: when the
+    metadata database is down at that moment, the ask is recorded in D's record but no run ever comes.
+    Such an ask is repeated after ``claim_wait`` (doubling each time, up to ``request_retry``), not an
+    hour later; once a run has claimed D, only ``request_retry`` asks again."""
+    config = load_config(
+        "local",
+        [
+            *stored_root,
+            "reconciliation.late_horizon=1 hour",
+            "reconciliation.request_retry=10 minutes",
+            "reconciliation.claim_wait=2 minutes",
+        ],
+        environ={},
+    )
+    kafka = Kafka(DAY_END - timedelta(hours=1))
+    log_streams(config, 1, watermark=DAY_END + timedelta(minutes=10), planned=DAY_END + timedelta(minutes=10))
+    asked = DAY_END + timedelta(minutes=11)
+    provisional = [days.Due(DAY, days.PROVISIONAL)]
+    assert watch(config, asked, kafka).due == provisional
+    assert watch(config, asked + timedelta(seconds=119), kafka).due == []
+    again = asked + timedelta(minutes=2)
+    assert watch(config, again, kafka).due == provisional  # no run claimed D: its event was lost
+    assert watch(config, again + timedelta(seconds=239), kafka).due == []  # the second wait is 4 minutes
+    third = again + timedelta(minutes=4)
+    assert watch(config, third, kafka).due == provisional
+    assert days.read_day(config, DAY)["requests"][days.PROVISIONAL]["times"] == 3
+    # The waits double (8 minutes after the third ask), then stop at request_retry (10, not 16).
+    assert watch(config, third + timedelta(seconds=479), kafka).due == []
+    fourth = third + timedelta(minutes=8)
+    assert watch(config, fourth, kafka).due == provisional
+    assert watch(config, fourth + timedelta(seconds=599), kafka).due == []
+    fifth = fourth + timedelta(minutes=10)
+    assert watch(config, fifth, kafka).due == provisional
+
+    # A run claims D: it is running (or died without an outcome), asked again only after the retry.
+    claimed_at = fifth + timedelta(seconds=30)
+    claim = days.begin_run(
+        config, DAY, requested_kind=days.PROVISIONAL, manual=False, run_id="r", now=claimed_at
+    )
+    assert claim.kind == days.PROVISIONAL
+    assert watch(config, fifth + timedelta(minutes=9), kafka).due == []
+    assert watch(config, fifth + timedelta(minutes=10), kafka).due == provisional
+
+    # D goes final: the provisional run's claim came before the final ask, so it does not count as
+    # the final ask's claim, which is repeated after the claim wait.
+    log_streams(
+        config,
+        2,
+        watermark=DAY_END + HORIZON,
+        planned=DAY_END + HORIZON + timedelta(minutes=1),
+        ends={"sensors": {0: 200, 1: 200}, "impressions": {0: 200}, "clicks": {0: 200}},
+    )
+    final_asked = DAY_END + HORIZON + timedelta(minutes=2)
+    assert watch(config, final_asked, kafka).due == [days.Due(DAY, days.FINAL)]
+    assert watch(config, final_asked + timedelta(seconds=119), kafka).due == []
+    assert watch(config, final_asked + timedelta(minutes=2), kafka).due == [days.Due(DAY, days.FINAL)]
+
+
 def test_an_open_day_is_not_reconciled_by_the_day_states_but_a_manual_rerun_still_runs(config):
     now = DAY_END + timedelta(minutes=1)
     declined = days.begin_run(config, DAY, requested_kind=days.PROVISIONAL, manual=False, run_id="r", now=now)

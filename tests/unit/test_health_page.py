@@ -367,6 +367,23 @@ def test_the_rendered_page_reloads_itself_fetches_nothing_external_and_escapes_w
     assert health.app_of_dag("nightly_reconciliation") is None
 
 
+def test_the_graph_window_links_keep_the_app_the_page_was_opened_for(tmp_path):
+    from stream_pipelines.airflow.plugin import render_page
+    from stream_pipelines.observability import graphs
+
+    closed = free_port()
+    config = config_at(tmp_path, *(f"metrics.ports.{app}={closed}" for app in APP_NAMES))
+    page = health.collect(config)
+    other_windows = [hours for hours in graphs.WINDOWS if hours != page.graph_hours]
+
+    focused = render_page(page, focus=health.app_of_dag(f"supervise_{APP}"))
+    for hours in other_windows:
+        assert f'href="?dag_id=supervise_{APP}&amp;hours={hours}#graphs-{APP}"' in focused
+    unfocused = render_page(page)
+    for hours in other_windows:
+        assert f'href="?hours={hours}#graphs"' in unfocused
+
+
 def test_with_airflows_metadata_database_away_the_page_stands_and_says_so(tmp_path):
     from stream_pipelines.airflow.plugin import render_page
 

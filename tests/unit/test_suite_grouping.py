@@ -11,7 +11,8 @@ from collections import defaultdict
 
 from stream_pipelines.core.config import PROJECT_ROOT
 
-MODULES = ("tests/unit/test_registry.py", "tests/unit/test_report.py")
+# Two quick modules: each worker starts a Python that imports the suite, which is the cost here.
+MODULES = ("tests/unit/test_registry.py", "tests/unit/test_registry_datasets.py")
 
 
 def run_pytest(*args: str) -> subprocess.CompletedProcess:

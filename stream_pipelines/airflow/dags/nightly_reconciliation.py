@@ -20,12 +20,11 @@ from datetime import timedelta
 from airflow.sdk import DAG, Param, PartitionedAssetTimetable, get_current_context, task
 
 from stream_pipelines.airflow import day_states, nightly
+from stream_pipelines.airflow.dag_defaults import DAY_STATE_RETRIES, DEFAULT_ARGS
 
-default_args = {
-    "owner": "data-platform",
-    "retries": 1,
-    "retry_delay": timedelta(minutes=10),
-}
+# The day-state tasks retry within a minute (DAY_STATE_RETRIES); the recompute, a Spark job, is tried
+# again once, after 10 minutes (RECOMPUTE_RETRIES).
+RECOMPUTE_RETRIES = {"retries": 1, "retry_delay": timedelta(minutes=10)}
 
 with DAG(
     dag_id="nightly_reconciliation",
@@ -34,7 +33,7 @@ with DAG(
     catchup=False,
     # One Spark recompute at a time; a day's runs queue behind each other.
     max_active_runs=1,
-    default_args=default_args,
+    default_args={**DEFAULT_ARGS, **DAY_STATE_RETRIES},
     tags=["reconciliation", "compliance", "spark", "great_expectations"],
     params={
         "date": Param(
@@ -68,7 +67,7 @@ with DAG(
         declared = (params.get("declare_final") or "") if params.get("date") else ""
         return day_states.claim_run(day, requested, manual, context["dag_run"].run_id, declared)
 
-    @task
+    @task(**RECOMPUTE_RETRIES)
     def reconcile(day: str, kind: str) -> str:
         return nightly.reconcile(day)
 
