@@ -154,6 +154,13 @@ def alertmanager_server(config: Mapping[str, Any], folder: Path) -> Iterator[str
         yield address
 
 
+def notifications(received: Path) -> list[dict[str, Any]]:
+    """What the webhook receiver has logged so far: one record per alert of each notification."""
+    if not received.exists():
+        return []
+    return [json.loads(line) for line in received.read_text().splitlines()]
+
+
 @contextlib.contextmanager
 def webhook_receiver(output: Path, folder: Path) -> Iterator[str]:
     """monitoring/webhook_receiver.py as its own process on a free port, appending to ``output``;

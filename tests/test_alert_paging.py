@@ -31,6 +31,7 @@ from tests.monitoring_stack import (
     RunningApp,
     alertmanager_server,
     api,
+    notifications,
     prometheus_server,
     stalled_sensor_app_fixture,  # noqa: F401 (registers the module-scoped fixture stalled_sensor_app here)
     wait_until,
@@ -71,12 +72,6 @@ def routed_receiver(labels: dict[str, str], route: dict[str, Any]) -> str:
         if all(matches):
             return routed_receiver(labels, {"receiver": route["receiver"], **child})
     return route["receiver"]
-
-
-def notifications(received: Path) -> list[dict[str, Any]]:
-    if not received.exists():
-        return []
-    return [json.loads(line) for line in received.read_text().splitlines()]
 
 
 def wait_for_notification(received: Path, alertname: str, status: str = "firing") -> list[dict[str, Any]]:

@@ -33,6 +33,7 @@ RULE_TEST_FILES = sorted((MONITORING / "tests").glob("*.yml"))
 # An alert with cases (a `case` label, one rule each) is named "<alert>/<case>" here.
 WATERMARK_LAG_CASES = ("stalled_input", "slow_processing", "silent_producers", "old_events")
 PAGING_ALERTS = {
+    "KafkaUnreachable",
     "WatermarkLagHigh/stalled_input",
     "WatermarkLagHigh/slow_processing",
     "QueryDown",
@@ -121,10 +122,10 @@ def test_prometheus_config_is_valid_and_matches_the_pipeline_config() -> None:
     assert apps_job["file_sd_configs"] == [
         {"files": ["targets/stream_pipelines.json"], "refresh_interval": "15s"}
     ]
-    # The day records' deadlines come from the plugin in the stack's Airflow api-server.
-    [days_job] = [job for job in prometheus["scrape_configs"] if job["job_name"] == "reconciliation_days"]
-    assert days_job["metrics_path"] == "/streaming-pipeline/metrics"
-    assert days_job["static_configs"][0]["targets"] == [f"127.0.0.1:{stack.AIRFLOW_PORT}"]
+    # The day records' deadlines and Kafka's answer come from the plugin in the stack's Airflow api-server.
+    [plugin_job] = [job for job in prometheus["scrape_configs"] if job["job_name"] == "pipeline_plugin"]
+    assert plugin_job["metrics_path"] == "/streaming-pipeline/metrics"
+    assert plugin_job["static_configs"][0]["targets"] == [f"127.0.0.1:{stack.AIRFLOW_PORT}"]
 
 
 # --------------------------------------------------------------------------- the rules themselves
@@ -156,9 +157,13 @@ def test_the_stacks_prometheus_config_is_valid_and_reads_the_file_its_writer_kee
     assert labels[runbooks.UI_LABEL] == f"http://127.0.0.1:{stack.AIRFLOW_PORT}"
 
 
+# The alerts without an app label, and the page's section each links (None: the page's top, the apps).
+WITHOUT_APP = {"ReconciliationOverdue": "days", "KafkaUnreachable": None}
+
+
 def test_every_alert_exists_with_severity_and_links_its_runbook_and_the_page() -> None:
     """Each rule links its own section of docs/runbooks.md (which tests/unit/test_runbooks.py checks) and
-    the pipeline page at the app's row; the event days' alert, which has no app, at the days."""
+    the pipeline page at the app's row; the event days' alert at the days, Kafka's at the apps."""
     rules = alerting_rules()
     assert set(rules) == ALERTS
     sections = runbooks.read().anchors
@@ -170,8 +175,8 @@ def test_every_alert_exists_with_severity_and_links_its_runbook_and_the_page() -
         alert, _, case = name.partition("/")
         assert annotations["runbook_url"] == runbooks.runbook_url(alert, case or None), name
         assert runbooks.anchor(alert, case or None) in sections, f"{name}: no section in docs/runbooks.md"
-        has_app = name != "ReconciliationOverdue"
-        assert annotations["pipeline_page"] == runbooks.pipeline_page(app_label=has_app), name
+        has_app = name not in WITHOUT_APP
+        assert annotations["pipeline_page"] == runbooks.pipeline_page(has_app, WITHOUT_APP.get(name)), name
 
 
 def test_thresholds_come_from_the_exported_configuration() -> None:

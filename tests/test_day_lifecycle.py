@@ -294,6 +294,11 @@ def test_a_day_goes_from_open_to_signed_off_by_itself(
         assert [h["state"] for h in final["history"]] == [days.FINAL]
         assert final["runs"]["final"]["status"] == "passed"
         assert overdue_metric(port) == 0
+        # Kafka answers the api-server's probe (KafkaUnreachable stays quiet).
+        assert (
+            plugin_sample(port, f'pipeline_kafka_up{{bootstrap_servers="{config.kafka.bootstrap_servers}"}}')
+            == "1"
+        )
         # The final run's DAG run ends a moment after its record (ask_sign_off comes after it).
         runs = poll(lambda: nightly_runs(rest, finished=True), 300, "the runs to finish")
         assert {(kind, partition, state) for kind, partition, state, _ in runs} == {
@@ -440,16 +445,17 @@ def page_in_browser(base: str, day: str, shots: Path) -> str:
 
 def overdue_metric(port: int) -> float:
     """pipeline_reconciliation_overdue_days as Prometheus scrapes it: no login."""
+    return float(plugin_sample(port, "pipeline_reconciliation_overdue_days "))
+
+
+def plugin_sample(port: int, prefix: str) -> str:
+    """The value of the one sample of the plugin's /metrics whose line starts with ``prefix``."""
     with urllib.request.urlopen(
         f"http://127.0.0.1:{port}/streaming-pipeline/metrics", timeout=30
     ) as response:
         text = response.read().decode()
-    (value,) = [
-        line.split()[1]
-        for line in text.splitlines()
-        if line.startswith("pipeline_reconciliation_overdue_days ")
-    ]
-    return float(value)
+    (value,) = [line.rsplit(" ", 1)[1] for line in text.splitlines() if line.startswith(prefix)]
+    return value
 
 
 def hitl_pending(rest: Rest) -> dict | None:

@@ -29,6 +29,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 
 from stream_pipelines.core.exit_codes import ExitCode
 from stream_pipelines.core.registry import app as declared_app
+from stream_pipelines.devtools.processes import free_port
 from stream_pipelines.devtools.tls import KEY_FORMS
 from tests.conftest import (
     SecuredKafka,
@@ -222,6 +223,9 @@ def test_a_refused_connection_is_a_configuration_error_named_at_start_up(
     for words in said:
         assert words in str(refused.value)
 
+    # The page's probe, which Prometheus scrapes (KafkaUnreachable): down, and why.
+    assert kafka_up_sample(config) == ("refused", 0)
+
     # The driver's own preflight: exits BAD_CONFIG, which its supervisor never retries.
     started = time.monotonic()
     argv = [argument for item in overrides for argument in ("--set", item)]
@@ -234,6 +238,31 @@ def test_a_refused_connection_is_a_configuration_error_named_at_start_up(
     assert pipelinectl("topics", overrides=overrides, log=log).returncode == ExitCode.BAD_CONFIG
     assert said[0] in log.read_text()
     assert environment.get("KAFKA_PASSWORD", "\0") not in log.read_text()
+
+
+def kafka_up_sample(config) -> tuple[str | None, int]:
+    """The cause label and the value of pipeline_kafka_up, as the api-server's plugin exports it."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from stream_pipelines.airflow.plugin import KAFKA_UP_METRIC, kafka_exposition
+
+    exposition = kafka_exposition(config, timeout_s=2)
+    [family] = [f for f in text_string_to_metric_families(exposition) if f.name == KAFKA_UP_METRIC]
+    [sample] = family.samples
+    assert sample.labels["bootstrap_servers"] == config.kafka.bootstrap_servers
+    return sample.labels.get("cause"), int(sample.value)
+
+
+def test_the_pages_kafka_probe_says_whether_kafka_answers(broker, secured_kafka, make_overrides, monkeypatch):
+    """Up over the plain listener and over SASL_SSL; no answer from a port nothing listens on."""
+    assert kafka_up_sample(broker) == (None, 1)
+    for name, value in secured_kafka.environment().items():
+        monkeypatch.setenv(name, value)
+    assert kafka_up_sample(make_overrides_config(make_overrides(*secured_kafka.sasl_ssl()))) == (None, 1)
+    silent = make_overrides_config(make_overrides(f"kafka.bootstrap_servers=127.0.0.1:{free_port()}"))
+    started = time.monotonic()
+    assert kafka_up_sample(silent) == ("no_answer", 0)
+    assert time.monotonic() - started < 10, "the probe keeps within its timeout"
 
 
 @pytest.mark.slow

@@ -5,7 +5,8 @@
 - ``/streaming-pipeline/reports/<day>/<file>``: a nightly reconciliation report, read through the
   file layer (so it works on S3 too);
 - ``/streaming-pipeline/metrics``: for Prometheus, how many event days are past their final
-  reconciliation's deadline (the ReconciliationOverdue alert); open, as exporters are.
+  reconciliation's deadline (the ReconciliationOverdue alert), and whether Kafka answers the pipeline's
+  client config (KafkaUnreachable, the one page of a Kafka outage); open, as exporters are.
 
 Airflow mounts plugin apps without its login in front of them, so every other route checks the caller's
 JWT as the REST API does (``get_user``: the ``Authorization: Bearer`` header, else the ``_token``
@@ -22,6 +23,7 @@ and ``checkpoint_reset`` DAGs, with the params to enter.
 from __future__ import annotations
 
 import html
+import logging
 import re
 import urllib.parse
 from datetime import UTC, datetime
@@ -36,6 +38,7 @@ from stream_pipelines.airflow import health, task_config
 from stream_pipelines.airflow.nightly import first_event_day
 from stream_pipelines.core import store
 from stream_pipelines.core.registry import query_of
+from stream_pipelines.kafka import clients
 from stream_pipelines.observability import graphs, runbooks
 from stream_pipelines.reconciliation import days
 
@@ -46,6 +49,11 @@ REFRESH_S = 10
 _REPORT_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 _REPORT_FILE = re.compile(r"[A-Za-z0-9_.-]+\.(html|json|png)")
 _MEDIA_TYPES = {"html": "text/html; charset=utf-8", "json": "application/json", "png": "image/png"}
+KAFKA_UP_METRIC = "pipeline_kafka_up"
+# Under Prometheus' default scrape timeout (10 s), so that a cluster that does not answer still gives a
+# sample, 0, rather than a failed scrape.
+KAFKA_PROBE_TIMEOUT_S = 5.0
+log = logging.getLogger(__name__)
 
 
 class _LoginRequired(Exception):
@@ -129,8 +137,10 @@ def create_app() -> FastAPI:
     @app.get("/metrics")
     def metrics() -> Response:
         # Open like any Prometheus exporter (Prometheus has no Airflow login): it says only how many
-        # event days are past their final reconciliation's deadline.
-        return Response(overdue_exposition(task_config()), media_type="text/plain; version=0.0.4")
+        # event days are past their final reconciliation's deadline, and whether Kafka answers.
+        config = task_config()
+        exposition = overdue_exposition(config) + kafka_exposition(config)
+        return Response(exposition, media_type="text/plain; version=0.0.4")
 
     @app.get("/reports/{day}/{name}")
     def report_file(day: str, name: str, _user: Annotated[Any, Depends(_airflow_user)]) -> Response:
@@ -186,6 +196,32 @@ def overdue_exposition(config: Any, now: float | None = None) -> str:
         f"# TYPE {name} gauge\n"
         f"{name} {len(overdue)}\n"
     )
+
+
+def kafka_exposition(config: Any, timeout_s: float = KAFKA_PROBE_TIMEOUT_S) -> str:
+    """Prometheus' text format: whether the cluster answers a metadata request made with the pipeline's
+    own client config (``pipeline_kafka_up``), and when not, why (``cause``): ``no_answer`` for a cluster
+    that is down or out of reach, ``refused`` for one that refuses the login or the TLS handshake (the
+    api-server's log has what it said). Every app reads Kafka with the same config, so either way no
+    app reads."""
+    try:
+        cause = None if clients.cluster_answers(config, timeout_s) else "no_answer"
+    except clients.KafkaAccessRefused as refusal:
+        log.warning("Kafka refused the pipeline's client: %s", refusal)
+        cause = "refused"
+    labels = f'bootstrap_servers="{_label_value(config.kafka.bootstrap_servers)}"'
+    if cause is not None:
+        labels += f',cause="{cause}"'
+    return (
+        f"# HELP {KAFKA_UP_METRIC} 1 when Kafka answers the pipeline's client config within "
+        f"{timeout_s:g} s, else 0 with the cause.\n"
+        f"# TYPE {KAFKA_UP_METRIC} gauge\n"
+        f"{KAFKA_UP_METRIC}{{{labels}}} {0 if cause else 1}\n"
+    )
+
+
+def _label_value(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 # --------------------------------------------------------------------------- HTML

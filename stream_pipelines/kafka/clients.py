@@ -81,12 +81,19 @@ def cluster_metadata(config: PipelineConfig, timeout_s: float) -> Any:
 def check_access(config: PipelineConfig, timeout_s: float = 15.0) -> None:
     """Fail fast with ``KafkaAccessRefused`` if the cluster refuses this config's credentials; a cluster
     that does not answer is left to the caller's own client and time-outs."""
+    cluster_answers(config, timeout_s)
+
+
+def cluster_answers(config: PipelineConfig, timeout_s: float) -> bool:
+    """Whether the cluster answers a metadata request within ``timeout_s``; ``KafkaAccessRefused`` when
+    it refuses this config's login or TLS handshake."""
     from confluent_kafka import KafkaException
 
     try:
         cluster_metadata(config, timeout_s)
     except KafkaException:
-        return
+        return False
+    return True
 
 
 def describe_refusal(config: PipelineConfig, errors: list[Any]) -> str | None:

@@ -40,12 +40,12 @@ def runbook_url(alert: str, case: str | None = None) -> str:
     return f"{{{{ $externalLabels.{UI_LABEL} }}}}{ROUTE}#{anchor(alert, case)}"
 
 
-def pipeline_page(app_label: bool) -> str:
-    """The rule annotation that links the page: at the app's row for a rule with an ``app`` label, at the
-    event days for the others."""
+def pipeline_page(app_label: bool, section: str | None = None) -> str:
+    """The rule annotation that links the page: at the app's row for a rule with an ``app`` label, else at
+    the page's ``section`` (its top when None)."""
     base = f"{{{{ $externalLabels.{UI_LABEL} }}}}{PAGE_PREFIX}/"
     if not app_label:
-        return f"{base}#days"
+        return f"{base}#{section}" if section else base
     return f"{base}?dag_id=supervise_{{{{ $labels.app }}}}#app-{{{{ $labels.app }}}}"
 
 
