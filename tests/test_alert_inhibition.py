@@ -40,15 +40,15 @@ WAITING = (
 OUTAGE = ("KafkaUnreachable", "page", {"bootstrap_servers": "kafka-1:9092", "cause": "no_answer"})
 
 
-def route_group_waits() -> list[float]:
-    """The routes' group_wait in seconds (monitoring/alertmanager.yml): how long a new group is held."""
+def longest_group_wait_s() -> float:
+    """The longest group_wait of the routes (monitoring/alertmanager.yml): how long a new group is held."""
     route = yaml.safe_load(ALERTMANAGER_CONFIG.read_text())["route"]
     waits = [
         route["group_wait"],
         *(child.get("group_wait", route["group_wait"]) for child in route["routes"]),
     ]
     assert all(wait.endswith("s") for wait in waits), waits
-    return [float(wait.removesuffix("s")) for wait in waits]
+    return max(float(wait.removesuffix("s")) for wait in waits)
 
 
 def alert(name: str, severity: str, labels: dict[str, str]) -> dict[str, Any]:
@@ -79,6 +79,7 @@ def test_a_kafka_outage_pages_once_and_holds_back_every_apps_alerts(tmp_path: Pa
     # Without the outage: the crashed app's QueryDown (which holds back that app's other alerts), and
     # each waiting app's every alert.
     alone = {(DOWN[0], CRASHED_APP)} | {(name, app) for app in WAITING_APPS for name, _, _ in WAITING}
+    held_s = longest_group_wait_s()
     with contextlib.ExitStack() as servers:
         # Two Alertmanagers side by side: one gets the outage and then its symptoms, the other the
         # symptoms alone.
@@ -101,12 +102,12 @@ def test_a_kafka_outage_pages_once_and_holds_back_every_apps_alerts(tmp_path: Pa
             lambda: {(r["alertname"], r["labels"]["app"]) for r in notifications(received["symptoms_alone"])}
             == alone,
             "the app alerts to reach their receivers when Kafka answers",
-            timeout_s=max(route_group_waits()) + 60,
+            timeout_s=held_s + 60,
             poll_s=1.0,
         )
         # Every group of the outage's Alertmanager has been flushed once by now (the longest group_wait
         # has passed since the posts): what it sent is all it would send before group_interval.
-        time.sleep(max(0.0, max(route_group_waits()) + 5 - (time.monotonic() - posted)))
+        time.sleep(max(0.0, held_s + 5 - (time.monotonic() - posted)))
 
     outage = notifications(received["outage"])
     assert [(r["receiver"], r["alertname"], r["status"]) for r in outage] == [
