@@ -7,7 +7,7 @@ export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(BIN)/python
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: help setup lock demo chaos test test-soak test-deps up down status standalone-start standalone-stop standalone-status hdfs-start hdfs-stop hdfs-status yarn-start yarn-stop yarn-status test-fast lint format broker-start broker-stop broker-status bench-ingest bench-streaming bench-metrics bench-reconcile bench-startup bench-batch-cost bench-stack bench-recovery bench-overhead bench-soak clean
+.PHONY: help setup lock demo chaos game-day test test-soak test-deps up down status standalone-start standalone-stop standalone-status hdfs-start hdfs-stop hdfs-status yarn-start yarn-stop yarn-status test-fast lint format broker-start broker-stop broker-status bench-ingest bench-streaming bench-metrics bench-reconcile bench-startup bench-batch-cost bench-stack bench-recovery bench-overhead bench-soak clean
 
 help:  ## list the targets
 	@grep -E '^[A-Za-z0-9_.-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -23,6 +23,9 @@ demo: setup  ## the main job on the embedded local default: broker, events, apps
 
 chaos: setup  ## fault injection on a private stack: 20 random faults, then exactly-once checks (CHAOS_ARGS=--faults 20 --seed 7)
 	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(BIN)/python -m stream_pipelines.devtools.chaos $(CHAOS_ARGS)
+
+game-day: setup test-deps  ## each paging alert's condition caused for real on a private stack with Prometheus and Alertmanager as shipped; prints what reached on-call (about an hour; GAME_DAY_ARGS=--scenes broker-outage,crash-loop)
+	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(BIN)/python -m stream_pipelines.devtools.game_day $(GAME_DAY_ARGS)
 
 test-deps:  ## servers the tests start that come from Debian: prometheus and promtool, alertmanager, chromium, openssl, postgresql
 	@infra/scripts/install_test_servers.sh

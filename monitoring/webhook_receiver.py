@@ -39,6 +39,8 @@ def alert_lines(receiver: str, notification: dict[str, Any]) -> list[str]:
             "starts_at": alert.get("startsAt"),
             "ends_at": alert.get("endsAt"),
             "fingerprint": alert.get("fingerprint"),
+            # One notification's alerts share it (and received_at): how notifications are counted.
+            "group_key": notification.get("groupKey"),
         }
         lines.append(json.dumps(record, sort_keys=True))
     return lines

@@ -9,18 +9,14 @@ started here is stopped when its context or fixture ends, also on failure.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import shutil
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -32,12 +28,15 @@ from stream_pipelines.control.control_store import apply_action
 from stream_pipelines.core.config import PipelineConfig, load_config
 from stream_pipelines.core.registry import SENSOR_AGGREGATION
 from stream_pipelines.core.registry import app as declared_app
+from stream_pipelines.devtools.alerting import (  # noqa: F401 (the monitoring tests import them from here)
+    alertmanager_server,
+    notifications,
+    prometheus_server,
+    wait_until,
+    webhook_receiver,
+)
 from stream_pipelines.devtools.processes import free_port, stop_process_group
-from stream_pipelines.observability.monitoring_rules import write_yaml
 from tests.conftest import kill_processes_of, overrides_for, private_source_topics, run_app
-
-MONITORING = Path(__file__).resolve().parents[1] / "monitoring"
-WEBHOOK_RECEIVER = MONITORING / "webhook_receiver.py"
 
 SENSOR_APP = SENSOR_AGGREGATION.name
 # The app's queries that read event times per partition (observe_event_time before the watermark).
@@ -52,20 +51,6 @@ STALLED_PARTITION = 1
 SCENARIO_S = 300
 STALL_AFTER_S = 60
 APP_READY_TIMEOUT_S = 240
-
-
-def wait_until(condition: Callable[[], Any], what: str, timeout_s: float = 60.0, poll_s: float = 0.2) -> Any:
-    """The first truthy result of ``condition``; connection errors count as "not yet"."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            result = condition()
-        except OSError:
-            result = None
-        if result:
-            return result
-        time.sleep(poll_s)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 def api(base: str, path: str, **params: str) -> Any:
@@ -83,106 +68,6 @@ def api(base: str, path: str, **params: str) -> Any:
 
 class PrometheusQueryError(AssertionError):
     pass
-
-
-def required_binary(*names: str) -> str:
-    for name in names:
-        if path := shutil.which(name):
-            return path
-    pytest.fail(
-        f"{' or '.join(names)} is not on PATH: run infra/scripts/install_test_servers.sh (make test does)"
-    )
-
-
-@contextlib.contextmanager
-def server_process(name: str, command: list[str], folder: Path, ready_url: str) -> Iterator[subprocess.Popen]:
-    """``command`` running with its output in ``folder/<name>.log`` until ``ready_url`` answers 200;
-    stopped (SIGTERM, then SIGKILL) when the context ends."""
-    log_path = folder / f"{name}.log"
-    with log_path.open("w") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-
-            def ready() -> bool:
-                if process.poll() is not None:
-                    raise AssertionError(
-                        f"{name} exited with {process.returncode}: {log_path.read_text()[-3000:]}"
-                    )
-                with urllib.request.urlopen(ready_url, timeout=2) as response:
-                    return response.status == 200
-
-            wait_until(ready, f"{name} to answer {ready_url} (log: {log_path})", timeout_s=30)
-            yield process
-        finally:
-            stop_process_group(process.pid, timeout_s=15)
-            process.wait(timeout=5)
-
-
-@contextlib.contextmanager
-def prometheus_server(config: Mapping[str, Any], folder: Path) -> Iterator[str]:
-    """A Prometheus with ``config`` on a free port; yields its base URL."""
-    binary = required_binary("prometheus")
-    folder.mkdir(parents=True, exist_ok=True)
-    config_path = write_yaml(folder / "prometheus.yml", config)
-    address = f"127.0.0.1:{free_port()}"
-    command = [
-        binary,
-        f"--config.file={config_path}",
-        f"--storage.tsdb.path={folder / 'data'}",
-        f"--web.listen-address={address}",
-        "--storage.tsdb.retention.time=1h",
-    ]
-    with server_process("prometheus", command, folder, f"http://{address}/-/ready"):
-        yield f"http://{address}"
-
-
-@contextlib.contextmanager
-def alertmanager_server(config: Mapping[str, Any], folder: Path) -> Iterator[str]:
-    """A real Alertmanager with ``config`` on a free port, without its cluster port; yields host:port."""
-    binary = required_binary("prometheus-alertmanager", "alertmanager")
-    folder.mkdir(parents=True, exist_ok=True)
-    config_path = write_yaml(folder / "alertmanager.yml", config)
-    address = f"127.0.0.1:{free_port()}"
-    command = [
-        binary,
-        f"--config.file={config_path}",
-        f"--web.listen-address={address}",
-        "--cluster.listen-address=",
-        f"--storage.path={folder / 'data'}",
-    ]
-    with server_process("alertmanager", command, folder, f"http://{address}/-/ready"):
-        yield address
-
-
-def notifications(received: Path) -> list[dict[str, Any]]:
-    """What the webhook receiver has logged so far: one record per alert of each notification."""
-    if not received.exists():
-        return []
-    return [json.loads(line) for line in received.read_text().splitlines()]
-
-
-@contextlib.contextmanager
-def webhook_receiver(output: Path, folder: Path) -> Iterator[str]:
-    """monitoring/webhook_receiver.py as its own process on a free port, appending to ``output``;
-    yields its base URL. It answers only POST, so readiness is a connection it accepts."""
-    port = free_port()
-    command = [sys.executable, str(WEBHOOK_RECEIVER), "--port", str(port), "--output", str(output)]
-    log_path = folder / "webhook_receiver.log"
-    with log_path.open("w") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-
-            def listening() -> bool:
-                if process.poll() is not None:
-                    raise AssertionError(f"the webhook receiver exited: {log_path.read_text()[-3000:]}")
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    return True
-
-            wait_until(listening, f"the webhook receiver on port {port}", timeout_s=20)
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            stop_process_group(process.pid, timeout_s=10)
-            process.wait(timeout=5)
 
 
 # --------------------------------------------------------------------------- the running app

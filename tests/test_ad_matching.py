@@ -5,7 +5,7 @@ Config: both watermarks 10 minutes, match interval 5 minutes, CTR window 5 minut
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -132,3 +132,27 @@ def test_the_quarantined_rows_are_counted_for_the_metrics(ad_run):
         if sample.name == "pipeline_quarantined_rows_total"
     ]
     assert counted == [1.0], "the one broken click, counted once"
+
+
+def test_each_input_s_watermark_is_exported(ad_run):
+    # WatermarkLagHigh's stalled_input case compares the inputs' watermarks of one query: without them a
+    # click stream that stopped read as old events (the game day found it). The inputs' partitions'
+    # event times come from the same observation (the files source here has no partitions).
+    config, queries = ad_run
+    recorder = ProgressRecorder(config, declared_app("ad_matching"))
+    for name in ("matches", "ctr"):
+        for progress in queries[name].recentProgress:
+            recorder.query_progress(progress)
+    samples = [sample for family in recorder.collect() for sample in family.samples]
+    delays = {"impressions": config.ads.impressions_watermark, "clicks": config.ads.clicks_watermark}
+    newest = {"impressions": at(55), "clicks": at(55)}
+    for query in ("ad_matching.matches", "ad_matching.ctr"):
+        watermarks = {
+            s.labels["stream"]: s.value
+            for s in samples
+            if s.name == "pipeline_stream_watermark_seconds" and s.labels["query"] == query
+        }
+        assert watermarks == {
+            stream: newest[stream].replace(tzinfo=UTC).timestamp() - delays[stream].seconds
+            for stream in newest
+        }, query

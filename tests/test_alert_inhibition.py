@@ -1,8 +1,9 @@
 """One fault, one page, on a real Alertmanager with monitoring/alertmanager.yml as it ships (only the
 receivers' host and port changed).
 
-A Kafka outage stops every app at once. Prometheus then fires KafkaUnreachable first (from the api-server
-plugin's probe, `for: 30s`), and each app's own alerts later (NoProgress after at least 1.5 minutes,
+A Kafka outage stops every app at once, and so does a storage outage, which also hides the event days'
+records. Prometheus then fires KafkaUnreachable or StoreUnreachable first (from the api-server plugin's
+probes, `for: 30s`), and each app's own alerts later (NoProgress after at least 1.5 minutes,
 QueryDown after 2, the rest after 5 or more): the promtool cases in monitoring/tests/ fire each rule from
 its series. Here the alerts reach Alertmanager in that order, posted as Prometheus posts them, and the
 webhook receiver counts what on-call and the ticket queue get. Beside it, the same app alerts without
@@ -19,10 +20,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from stream_pipelines.core.registry import APP_NAMES
-from stream_pipelines.observability.monitoring_rules import ALERTMANAGER_CONFIG, render_alertmanager_config
+from stream_pipelines.devtools.game_day import longest_group_wait_s
+from stream_pipelines.observability.monitoring_rules import render_alertmanager_config
 from tests.monitoring_stack import alertmanager_server, notifications, wait_until, webhook_receiver
 
 # What a Kafka outage raises, by the rules' severities: an app whose query failed on it is down (and its
@@ -37,18 +37,12 @@ WAITING = (
     ("PartitionStalled", "ticket", {"query": "q", "topic": "t", "partition": "0"}),
     ("WatermarkStalled", "ticket", {"query": "q"}),
 )
-OUTAGE = ("KafkaUnreachable", "page", {"bootstrap_servers": "kafka-1:9092", "cause": "no_answer"})
-
-
-def longest_group_wait_s() -> float:
-    """The longest group_wait of the routes (monitoring/alertmanager.yml): how long a new group is held."""
-    route = yaml.safe_load(ALERTMANAGER_CONFIG.read_text())["route"]
-    waits = [
-        route["group_wait"],
-        *(child.get("group_wait", route["group_wait"]) for child in route["routes"]),
-    ]
-    assert all(wait.endswith("s") for wait in waits), waits
-    return max(float(wait.removesuffix("s")) for wait in waits)
+# A storage outage stops the same apps in the same ways, and hides the event days' records.
+DAYS_UNREAD = ("ReconciliationOverdue", "page", {"job": "pipeline_plugin"})
+OUTAGES = {
+    "kafka_outage": ("KafkaUnreachable", "page", {"bootstrap_servers": "kafka-1:9092", "cause": "no_answer"}),
+    "store_outage": ("StoreUnreachable", "page", {"location": "hdfs://nn/p/control", "cause": "no_answer"}),
+}
 
 
 def alert(name: str, severity: str, labels: dict[str, str]) -> dict[str, Any]:
@@ -72,7 +66,7 @@ def post(alertmanager: str, alerts: list[dict[str, Any]]) -> None:
         assert response.status == 200
 
 
-def test_a_kafka_outage_pages_once_and_holds_back_every_apps_alerts(tmp_path: Path) -> None:
+def test_a_kafka_or_store_outage_pages_once_and_holds_back_every_apps_alerts(tmp_path: Path) -> None:
     raised = [(CRASHED_APP, symptom) for symptom in (DOWN, *WAITING)]
     raised += [(app, symptom) for app in WAITING_APPS for symptom in WAITING]
     symptoms = [alert(name, severity, {"app": app, **labels}) for app, (name, severity, labels) in raised]
@@ -81,11 +75,11 @@ def test_a_kafka_outage_pages_once_and_holds_back_every_apps_alerts(tmp_path: Pa
     alone = {(DOWN[0], CRASHED_APP)} | {(name, app) for app in WAITING_APPS for name, _, _ in WAITING}
     held_s = longest_group_wait_s()
     with contextlib.ExitStack() as servers:
-        # Two Alertmanagers side by side: one gets the outage and then its symptoms, the other the
-        # symptoms alone.
+        # Alertmanagers side by side: one per outage gets the outage and then its symptoms, the other
+        # the symptoms alone.
         received: dict[str, Path] = {}
         managers: dict[str, str] = {}
-        for scenario in ("outage", "symptoms_alone"):
+        for scenario in (*OUTAGES, "symptoms_alone"):
             folder = tmp_path / scenario
             folder.mkdir()
             received[scenario] = folder / "alerts.jsonl"
@@ -93,8 +87,10 @@ def test_a_kafka_outage_pages_once_and_holds_back_every_apps_alerts(tmp_path: Pa
             managers[scenario] = servers.enter_context(
                 alertmanager_server(render_alertmanager_config(receiver), folder / "alertmanager")
             )
-        post(managers["outage"], [alert(*OUTAGE)])
-        post(managers["outage"], symptoms)
+        post(managers["kafka_outage"], [alert(*OUTAGES["kafka_outage"])])
+        post(managers["kafka_outage"], symptoms)
+        post(managers["store_outage"], [alert(*OUTAGES["store_outage"])])
+        post(managers["store_outage"], [*symptoms, alert(*DAYS_UNREAD)])
         post(managers["symptoms_alone"], symptoms)
         posted = time.monotonic()
 
@@ -109,10 +105,10 @@ def test_a_kafka_outage_pages_once_and_holds_back_every_apps_alerts(tmp_path: Pa
         # has passed since the posts): what it sent is all it would send before group_interval.
         time.sleep(max(0.0, held_s + 5 - (time.monotonic() - posted)))
 
-    outage = notifications(received["outage"])
-    assert [(r["receiver"], r["alertname"], r["status"]) for r in outage] == [
-        ("on-call", "KafkaUnreachable", "firing")
-    ], outage
+    for scenario, (cause, _, _) in OUTAGES.items():
+        outage = notifications(received[scenario])
+        sent = [(r["receiver"], r["alertname"], r["status"]) for r in outage]
+        assert sent == [("on-call", cause, "firing")], (scenario, outage)
     pages = [
         (r["alertname"], r["labels"]["app"])
         for r in notifications(received["symptoms_alone"])

@@ -34,6 +34,7 @@ RULE_TEST_FILES = sorted((MONITORING / "tests").glob("*.yml"))
 WATERMARK_LAG_CASES = ("stalled_input", "slow_processing", "silent_producers", "old_events")
 PAGING_ALERTS = {
     "KafkaUnreachable",
+    "StoreUnreachable",
     "WatermarkLagHigh/stalled_input",
     "WatermarkLagHigh/slow_processing",
     "QueryDown",
@@ -158,12 +159,13 @@ def test_the_stacks_prometheus_config_is_valid_and_reads_the_file_its_writer_kee
 
 
 # The alerts without an app label, and the page's section each links (None: the page's top, the apps).
-WITHOUT_APP = {"ReconciliationOverdue": "days", "KafkaUnreachable": None}
+WITHOUT_APP = {"ReconciliationOverdue": "days", "KafkaUnreachable": None, "StoreUnreachable": None}
 
 
 def test_every_alert_exists_with_severity_and_links_its_runbook_and_the_page() -> None:
     """Each rule links its own section of docs/runbooks.md (which tests/unit/test_runbooks.py checks) and
-    the pipeline page at the app's row; the event days' alert at the days, Kafka's at the apps."""
+    the pipeline page at the app's row; the event days' alert at the days, Kafka's and the store's at the
+    apps."""
     rules = alerting_rules()
     assert set(rules) == ALERTS
     sections = runbooks.read().anchors

@@ -299,6 +299,9 @@ def test_a_day_goes_from_open_to_signed_off_by_itself(
             plugin_sample(port, f'pipeline_kafka_up{{bootstrap_servers="{config.kafka.bootstrap_servers}"}}')
             == "1"
         )
+        # So does the store of its data (StoreUnreachable stays quiet).
+        control = store.location(config.spark.extra_conf, config.data_path("control"))
+        assert plugin_sample(port, f'pipeline_store_up{{location="{control}"}}') == "1"
         # The final run's DAG run ends a moment after its record (ask_sign_off comes after it).
         runs = poll(lambda: nightly_runs(rest, finished=True), 300, "the runs to finish")
         assert {(kind, partition, state) for kind, partition, state, _ in runs} == {

@@ -5,8 +5,9 @@
 - ``/streaming-pipeline/reports/<day>/<file>``: a nightly reconciliation report, read through the
   file layer (so it works on S3 too);
 - ``/streaming-pipeline/metrics``: for Prometheus, how many event days are past their final
-  reconciliation's deadline (the ReconciliationOverdue alert), and whether Kafka answers the pipeline's
-  client config (KafkaUnreachable, the one page of a Kafka outage); open, as exporters are.
+  reconciliation's deadline (the ReconciliationOverdue alert), whether Kafka answers the pipeline's
+  client config (KafkaUnreachable, the one page of a Kafka outage) and whether the store of its data
+  answers (StoreUnreachable, the one page of a storage outage); open, as exporters are.
 
 Airflow mounts plugin apps without its login in front of them, so every other route checks the caller's
 JWT as the REST API does (``get_user``: the ``Authorization: Bearer`` header, else the ``_token``
@@ -50,9 +51,11 @@ _REPORT_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 _REPORT_FILE = re.compile(r"[A-Za-z0-9_.-]+\.(html|json|png)")
 _MEDIA_TYPES = {"html": "text/html; charset=utf-8", "json": "application/json", "png": "image/png"}
 KAFKA_UP_METRIC = "pipeline_kafka_up"
-# Under Prometheus' default scrape timeout (10 s), so that a cluster that does not answer still gives a
-# sample, 0, rather than a failed scrape.
+STORE_UP_METRIC = "pipeline_store_up"
+# Under Prometheus' default scrape timeout (10 s), so that a cluster or store that does not answer still
+# gives a sample, 0, rather than a failed scrape. The two probes run at once.
 KAFKA_PROBE_TIMEOUT_S = 5.0
+STORE_PROBE_TIMEOUT_S = 5.0
 log = logging.getLogger(__name__)
 
 
@@ -137,10 +140,8 @@ def create_app() -> FastAPI:
     @app.get("/metrics")
     def metrics() -> Response:
         # Open like any Prometheus exporter (Prometheus has no Airflow login): it says only how many
-        # event days are past their final reconciliation's deadline, and whether Kafka answers.
-        config = task_config()
-        exposition = overdue_exposition(config) + kafka_exposition(config)
-        return Response(exposition, media_type="text/plain; version=0.0.4")
+        # event days are past their final reconciliation's deadline, and whether Kafka and the store answer.
+        return Response(metrics_exposition(task_config()), media_type="text/plain; version=0.0.4")
 
     @app.get("/reports/{day}/{name}")
     def report_file(day: str, name: str, _user: Annotated[Any, Depends(_airflow_user)]) -> Response:
@@ -183,6 +184,48 @@ def metadata_database_notice(why: str) -> str:
         f"Airflow's metadata database is away ({why}). Airflow's own pages, logins, the scheduling of "
         "tasks and the sign-off wait for it; the drivers stream on."
     )
+
+
+def metrics_exposition(
+    config: Any,
+    kafka_timeout_s: float = KAFKA_PROBE_TIMEOUT_S,
+    store_timeout_s: float = STORE_PROBE_TIMEOUT_S,
+) -> str:
+    """What Prometheus scrapes, each part on its own: whether Kafka answers and whether the store does
+    (probed at once), and the overdue event days, read from the store's day records only when the store
+    answered. A store that is down or hangs so gives its own sample, 0, and never fails the scrape or
+    holds it past its timeout: StoreUnreachable pages for it, not ReconciliationOverdue's "does not
+    answer"."""
+    control = store.location(config.spark.extra_conf, config.data_path("control"))
+    probe = store.start_probe(control)
+    kafka = kafka_exposition(config, kafka_timeout_s)
+    store_text, answered = store_exposition(control, probe, store_timeout_s)
+    return (overdue_exposition(config) if answered else "") + kafka + store_text
+
+
+def store_exposition(folder: Any, probe: Any, timeout_s: float) -> tuple[str, bool]:
+    """Prometheus' text format: whether the store holding ``folder`` (the control records, beside the
+    day records and the drivers' checkpoints) answered ``probe``, a listing of it, within ``timeout_s``
+    (``pipeline_store_up``); when not, why (``cause``): ``no_answer``, or ``error`` when it failed the
+    request (the api-server's log has the error). And whether it answered."""
+    try:
+        store.probe_outcome(folder, probe, timeout_s)
+        cause = None
+    except store.StoreNoAnswer:
+        cause = "no_answer"
+    except Exception as error:  # any failure of the store's client is the store failing the request
+        log.warning("the store failed a listing of %s: %s: %s", folder, type(error).__name__, error)
+        cause = "error"
+    labels = f'location="{_label_value(str(folder))}"'
+    if cause is not None:
+        labels += f',cause="{cause}"'
+    text = (
+        f"# HELP {STORE_UP_METRIC} 1 when the store of the pipeline's data answers a listing of the "
+        f"control records within {timeout_s:g} s, else 0 with the cause.\n"
+        f"# TYPE {STORE_UP_METRIC} gauge\n"
+        f"{STORE_UP_METRIC}{{{labels}}} {0 if cause else 1}\n"
+    )
+    return text, cause is None
 
 
 def overdue_exposition(config: Any, now: float | None = None) -> str:

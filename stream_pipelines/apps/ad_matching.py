@@ -23,13 +23,14 @@ from stream_pipelines.core.config import Duration
 from stream_pipelines.core.registry import AD_MATCHING
 from stream_pipelines.driver.runtime import file_sink, read_raw
 from stream_pipelines.inputs.parsing import CLICK, IMPRESSION, parse_events, quarantined_events, valid_events
-from stream_pipelines.observability.metrics import observe_quarantine
+from stream_pipelines.observability.metrics import observe_event_time, observe_quarantine, topic_partitions
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from stream_pipelines.core.config import PipelineConfig
+    from stream_pipelines.core.config import PipelineConfig, TopicSettings
     from stream_pipelines.driver.runtime import StreamSink
+    from stream_pipelines.inputs.parsing import EventType
 
 APP = AD_MATCHING.name
 
@@ -107,13 +108,33 @@ def build_sinks(spark: SparkSession, config: PipelineConfig) -> list[StreamSink]
     def parsed_clicks() -> DataFrame:
         return parse_events(read_raw(spark, config, [topics.clicks]), CLICK, config.quality)
 
+    def edge(
+        parsed: DataFrame, event_type: EventType, stream: str, topic: TopicSettings, delay: Duration
+    ) -> DataFrame:
+        """One input's valid events observed before its watermark (its partitions' event times and its
+        own watermark, which PartitionStalled and WatermarkLagHigh's stalled_input case read: a query
+        takes the lower of the two), then deduplicated within it; ``stream`` names the input."""
+        time_column = event_type.time_field
+        observed = observe_event_time(
+            valid_events(parsed, event_type),
+            stream,
+            time_column,
+            topic_partitions([topic]),
+            watermark_delay=delay,
+        )
+        return deduplicated(observed, time_column, delay)
+
     def impressions() -> DataFrame:
-        return deduplicated(
-            valid_events(parsed_impressions(), IMPRESSION), "shown_at", settings.impressions_watermark
+        return edge(
+            parsed_impressions(),
+            IMPRESSION,
+            "impressions",
+            topics.impressions,
+            settings.impressions_watermark,
         )
 
     def clicks() -> DataFrame:
-        return deduplicated(valid_events(parsed_clicks(), CLICK), "clicked_at", settings.clicks_watermark)
+        return edge(parsed_clicks(), CLICK, "clicks", topics.clicks, settings.clicks_watermark)
 
     quarantine = observe_quarantine(
         quarantined_events(parsed_impressions(), IMPRESSION).unionByName(

@@ -56,10 +56,13 @@ import json
 import os
 import shutil
 import socket
+import threading
 import time
 import urllib.parse
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any
 
@@ -665,6 +668,70 @@ def entries(folder: Path) -> dict[str, tuple[int, float]]:
     except (FileNotFoundError, NotADirectoryError):
         return {}
     return listed
+
+
+class StoreNoAnswer(OSError):
+    """The store did not answer within the time it was given; the message names the folder."""
+
+
+# The probe of each folder still running or last run: a store that hangs holds one thread per folder,
+# however often it is probed.
+_PROBES: dict[str, Future] = {}
+_PROBES_LOCK = threading.Lock()
+
+
+def start_probe(folder: Path) -> Future:
+    """A listing of ``folder`` in a daemon thread, fresh (past s3fs's listing cache), its outcome the
+    Future's: None when the store answered (a missing folder is an answer too), else the store's
+    error. While an earlier probe of the folder still runs, that one is returned instead of a new one."""
+    key = str(folder)
+    with _PROBES_LOCK:
+        running = _PROBES.get(key)
+        if running is not None and not running.done():
+            return running
+        future: Future = Future()
+        _PROBES[key] = future
+    threading.Thread(
+        target=_probe_into, args=(folder, future), name=f"store-probe {key}", daemon=True
+    ).start()
+    return future
+
+
+def _probe_into(folder: Path, future: Future) -> None:
+    try:
+        if _remote(folder):
+            with contextlib.suppress(FileNotFoundError):
+                folder.fs.ls(
+                    folder.path, detail=False, **({"refresh": True} if on_object_store(folder) else {})
+                )
+        else:
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError), os.scandir(folder):
+                pass
+    except BaseException as error:  # the store's error, whatever its client raises, is the outcome
+        if _no_connection(error):
+            error = StoreNoAnswer(f"{folder}: no connection ({type(error).__name__}: {error})")
+        future.set_exception(error)
+    else:
+        future.set_result(None)
+
+
+def _no_connection(error: BaseException | None) -> bool:
+    """Whether ``error``, or one it was raised from, says that no connection was made: nothing answered
+    (the builtin ConnectionError, botocore's and aiohttp's connection errors), not a refusal."""
+    while error is not None:
+        if isinstance(error, ConnectionError) or "Connect" in type(error).__name__:
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def probe_outcome(folder: Path, probe: Future, timeout_s: float) -> None:
+    """Wait up to ``timeout_s`` for ``probe`` of ``folder``: return when the store answered; raise
+    :class:`StoreNoAnswer` when it has not yet or no connection was made, else the store's own error."""
+    try:
+        probe.result(timeout=timeout_s)
+    except FutureTimeout:
+        raise StoreNoAnswer(f"{folder}: no answer within {timeout_s:g} s") from None
 
 
 def files_under(folder: Path) -> list[str]:

@@ -400,6 +400,8 @@ class Stack:
     rate: float
     ad_rate: float
     extra: tuple[str, ...] = ()
+    # The config a private stack runs with under its data root, ports and store: chaos's short timings.
+    settings: tuple[str, ...] = (*STACK_SETTINGS, *WATCHDOG_SETTINGS)
     store: str = "local"
     cluster: str = "local"
     airflow_port: int = field(default_factory=free_port)
@@ -420,8 +422,7 @@ class Stack:
             f"broker.port={self.broker_port}",
             f"broker.controller_port={self.controller_port}",
             f"kafka.bootstrap_servers=127.0.0.1:{self.broker_port}",
-            *STACK_SETTINGS,
-            *WATCHDOG_SETTINGS,
+            *self.settings,
             *self.extra,
         ]
         self.config = load_config("local", self.overrides)

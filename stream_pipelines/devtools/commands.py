@@ -50,6 +50,11 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     produce.add_argument(
         "--stall-after", type=float, default=0.0, help="seconds into the scenario the stall begins"
     )
+    produce.add_argument(
+        "--no-clicks",
+        action="store_true",
+        help="nobody clicks: impressions only, so the ad matching's clicks input stands still",
+    )
     produce.add_argument("--to", choices=["kafka", "files"], default="kafka")
     produce.add_argument("--out", default=None, help="folder for --to files (default: source.files_dir)")
     produce.add_argument("--realtime", action="store_true", help="pace sends to event time (live demos)")
@@ -113,6 +118,7 @@ def scenario_from_args(config: PipelineConfig, args: argparse.Namespace):
         "mix": mix,
         "stalled_partition": args.stall_partition,
         "stall_after_s": args.stall_after,
+        **({"click_through": 0.0, "stray_click_share": 0.0} if args.no_clicks else {}),
         "match_interval_s": config.ads.match_interval.seconds,
         "topics": generator.TopicNames(topics.sensors.name, topics.impressions.name, topics.clicks.name),
         "partitions": generator.PartitionCounts(

@@ -190,8 +190,10 @@ def generator_component(
     rate: float = GENERATOR_RATES[0],
     ad_rate: float = GENERATOR_RATES[1],
     duration_s: int = 86400,
+    options: tuple[str, ...] = (),
 ) -> Component:
-    """The live generator: events stamped now, sent at the pace of event time."""
+    """The live generator: events stamped now, sent at the pace of event time, with `produce`'s
+    ``options`` on top (``--no-clicks``)."""
     return Component(
         "generator",
         [
@@ -208,6 +210,7 @@ def generator_component(
             str(ad_rate),
             "--seed",
             str(seed),
+            *options,
         ],
     )
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from stream_pipelines.airflow.plugin import KAFKA_UP_METRIC
+from stream_pipelines.airflow.plugin import KAFKA_UP_METRIC, STORE_UP_METRIC
 from stream_pipelines.observability.metrics import EXPORTED_METRIC_NAMES
 from stream_pipelines.reconciliation import days
 
@@ -20,7 +20,7 @@ DASHBOARD = MONITORING / "grafana" / "streaming_pipelines.json"
 # Series Prometheus makes itself for every target; the rules may use them, the dashboard does not.
 PROMETHEUS_SERIES = frozenset({"up"})
 # Exported by the "Streaming pipeline" plugin in Airflow's api-server, not by the apps.
-PLUGIN_METRICS = frozenset({days.OVERDUE_METRIC, KAFKA_UP_METRIC})
+PLUGIN_METRICS = frozenset({days.OVERDUE_METRIC, KAFKA_UP_METRIC, STORE_UP_METRIC})
 
 _PROMQL_KEYWORDS = frozenset(
     {"and", "or", "unless", "by", "without", "on", "ignoring", "group_left", "group_right", "offset", "bool"}

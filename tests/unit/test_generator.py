@@ -331,6 +331,25 @@ def test_sensor_metadata_csv_matches_writer_and_generated_ids(
 # Scenario features
 
 
+def test_produce_with_no_clicks_keeps_the_impressions_rate_and_sends_no_click() -> None:
+    from stream_pipelines.cli import _build_parser
+    from stream_pipelines.core.config import load_config
+    from stream_pipelines.devtools.commands import scenario_from_args
+
+    config = load_config("local")
+    options = ["produce", "--duration", "120", "--start", "2026-01-01T00:00:00Z"]
+    with_clicks = generate(scenario_from_args(config, _build_parser().parse_args(options)))
+    without = generate(scenario_from_args(config, _build_parser().parse_args([*options, "--no-clicks"])))
+    clicks = config.kafka.topics.clicks.name
+    impressions = config.kafka.topics.impressions.name
+    assert any(r.topic == clicks for r in with_clicks), "the default scenario has clicks to take away"
+    assert not [r for r in without if r.topic == clicks]
+    # The same rate; not the same records: duplicates and malformed copies are drawn from one stream.
+    assert sum(r.topic == impressions for r in without) == pytest.approx(
+        sum(r.topic == impressions for r in with_clicks), rel=0.02
+    )
+
+
 def test_stalled_partition_receives_nothing_after_the_stall() -> None:
     spec = ScenarioSpec(duration_s=300, stalled_partition=1, stall_after_s=120)
     records = generate(spec)
