@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import logging
 import socket
 import threading
 import time
@@ -134,6 +135,11 @@ def endpoint_that_refuses() -> Iterator[str]:
 
 
 def test_a_store_that_refuses_the_listing_is_down_with_an_error(object_store, monkeypatch, caplog) -> None:
+    # Airflow's logging config, loaded by earlier tests of the session, can leave the plugin's logger
+    # disabled or not propagating to pytest's capture (the whole suite failed here, the file alone passed).
+    logger = logging.getLogger("stream_pipelines.airflow.plugin")
+    monkeypatch.setattr(logger, "disabled", False)
+    monkeypatch.setattr(logger, "propagate", True)
     with endpoint_that_refuses() as refusing:
         config = config_on(refusing, "refused", object_store, monkeypatch)
         with caplog.at_level("WARNING", logger="stream_pipelines.airflow.plugin"):
