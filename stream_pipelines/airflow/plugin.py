@@ -216,14 +216,11 @@ def store_exposition(folder: Any, probe: Any, timeout_s: float) -> tuple[str, bo
     except Exception as error:  # any failure of the store's client is the store failing the request
         log.warning("the store failed a listing of %s: %s: %s", folder, type(error).__name__, error)
         cause = "error"
-    labels = f'location="{_label_value(str(folder))}"'
-    if cause is not None:
-        labels += f',cause="{cause}"'
-    text = (
-        f"# HELP {STORE_UP_METRIC} 1 when the store of the pipeline's data answers a listing of the "
-        f"control records within {timeout_s:g} s, else 0 with the cause.\n"
-        f"# TYPE {STORE_UP_METRIC} gauge\n"
-        f"{STORE_UP_METRIC}{{{labels}}} {0 if cause else 1}\n"
+    text = _up_gauge(
+        STORE_UP_METRIC,
+        f"the store of the pipeline's data answers a listing of the control records within {timeout_s:g} s",
+        {"location": str(folder)},
+        cause,
     )
     return text, cause is None
 
@@ -252,14 +249,22 @@ def kafka_exposition(config: Any, timeout_s: float = KAFKA_PROBE_TIMEOUT_S) -> s
     except clients.KafkaAccessRefused as refusal:
         log.warning("Kafka refused the pipeline's client: %s", refusal)
         cause = "refused"
-    labels = f'bootstrap_servers="{_label_value(config.kafka.bootstrap_servers)}"'
-    if cause is not None:
-        labels += f',cause="{cause}"'
+    return _up_gauge(
+        KAFKA_UP_METRIC,
+        f"Kafka answers the pipeline's client config within {timeout_s:g} s",
+        {"bootstrap_servers": config.kafka.bootstrap_servers},
+        cause,
+    )
+
+
+def _up_gauge(name: str, when: str, labels: dict[str, str], cause: str | None) -> str:
+    """One probe's gauge in Prometheus' text format: 1 when ``when`` holds, else 0 with a ``cause`` label."""
+    pairs = {**labels, **({"cause": cause} if cause is not None else {})}
+    rendered = ",".join(f'{key}="{_label_value(value)}"' for key, value in pairs.items())
     return (
-        f"# HELP {KAFKA_UP_METRIC} 1 when Kafka answers the pipeline's client config within "
-        f"{timeout_s:g} s, else 0 with the cause.\n"
-        f"# TYPE {KAFKA_UP_METRIC} gauge\n"
-        f"{KAFKA_UP_METRIC}{{{labels}}} {0 if cause else 1}\n"
+        f"# HELP {name} 1 when {when}, else 0 with the cause.\n"
+        f"# TYPE {name} gauge\n"
+        f"{name}{{{rendered}}} {0 if cause else 1}\n"
     )
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import random
@@ -91,6 +92,7 @@ def duration_s(text: str) -> float:
     raise ValueError(f"not a one-unit Prometheus duration: {text!r}")
 
 
+@functools.cache
 def shipped_rules() -> dict[tuple[str, str | None], dict[str, Any]]:
     """(alertname, case) -> the rule as monitoring/rules has it."""
     return {
